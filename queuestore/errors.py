@@ -1,0 +1,104 @@
+"""The exceptions queuestore raises: one root, one child per kind of failure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class QueueStoreError(Exception):
+    """Root of every error queuestore raises on purpose."""
+
+    task_id: str | None = None
+
+    def __init__(self, message: str, *, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class TaskNotFound(QueueStoreError):
+    """No task with that id is visible to the caller.
+
+    Raised both for ids that do not exist and for tasks owned by someone else,
+    so that existence never leaks across owners.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} not found", task_id=task_id)
+
+
+class InvalidTransition(QueueStoreError):
+    """The task's current status does not allow the requested change."""
+
+    def __init__(
+        self,
+        task_id: str,
+        current: str,
+        requested: str | None,
+        allowed_from: Iterable[str] = (),
+    ) -> None:
+        self.current = str(current)
+        self.requested = None if requested is None else str(requested)
+        self.allowed_from = tuple(sorted(str(status) for status in allowed_from))
+        target = f"moving to {self.requested!r}" if self.requested else "a write"
+        expected = ", ".join(self.allowed_from) or "none"
+        super().__init__(
+            f"task {task_id!r} is {self.current!r}: {target} needs one of [{expected}]",
+            task_id=task_id,
+        )
+
+
+class TaskConflict(QueueStoreError):
+    """A concurrent writer won: the version or owner of the lease moved on."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task_id: str | None = None,
+        expected_version: int | None = None,
+        actual_version: int | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id)
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+
+
+class LeaseLost(TaskConflict):
+    """A worker wrote to a task whose lease now belongs to another worker (or none)."""
+
+
+class InvalidCursor(QueueStoreError):
+    """A pagination cursor that is malformed, tampered with, or from other filters."""
+
+
+class InvalidTaskData(QueueStoreError, ValueError):
+    """Input that the store refuses before writing anything.
+
+    Attributes:
+        field: the name of the offending field, when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, task_id: str | None = None):
+        super().__init__(f"{field}: {message}" if field else message, task_id=task_id)
+        self.field = field
+
+
+class StoreUnavailable(QueueStoreError):
+    """The storage backend cannot be reached; the original exception is chained."""
+
+
+class BrokerUnavailable(QueueStoreError):
+    """The message broker cannot be reached; the original exception is chained."""
+
+
+__all__ = [
+    "BrokerUnavailable",
+    "InvalidCursor",
+    "InvalidTaskData",
+    "InvalidTransition",
+    "LeaseLost",
+    "QueueStoreError",
+    "StoreUnavailable",
+    "TaskConflict",
+    "TaskNotFound",
+]

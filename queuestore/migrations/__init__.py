@@ -1,0 +1,35 @@
+"""Alembic migrations for the queuestore schema, shipped inside the package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection
+
+MIGRATIONS = Path(__file__).parent
+
+
+def config(url: str | None = None) -> Config:
+    """An Alembic configuration pointing at these migrations (and ``url``, if given)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("version_table", "queuestore_alembic_version")
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(connection: Connection, revision: str = "head") -> None:
+    """Migrate the database behind ``connection`` to ``revision``."""
+    cfg = config()
+    cfg.attributes["connection"] = connection
+    command.upgrade(cfg, revision)
+
+
+def downgrade(connection: Connection, revision: str) -> None:
+    """Migrate the database behind ``connection`` down to ``revision``."""
+    cfg = config()
+    cfg.attributes["connection"] = connection
+    command.downgrade(cfg, revision)

@@ -1,0 +1,189 @@
+"""A thread-safe in-memory store, for tests and single-process tools."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from queuestore.cursor import CursorKey
+from queuestore.errors import TaskConflict
+from queuestore.models import TERMINAL, Task, TaskStatus
+from queuestore.owner import OwnerScope
+from queuestore.store.base import UNSET, ListQuery, NewTask, TaskStore, Waiter, Write
+
+
+class InMemoryTaskStore(TaskStore):
+    """Keeps tasks in a dict behind one lock; everything is lost with the process.
+
+    It follows exactly the same rules as the SQL store (they live in
+    :class:`TaskStore`), so users can test their jobs without a database.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._tasks: dict[str, Task] = {}
+        self._expires: dict[str, datetime] = {}
+        self._dispatched: set[str] = set()
+        self._changed = threading.Condition(threading.Lock())
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(UTC)
+
+    def _insert(self, new: NewTask) -> Task:
+        with self._changed:
+            if new.id in self._tasks:
+                raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
+            now = self._now()
+            task = Task(
+                id=new.id,
+                name=new.name,
+                input=new.input,
+                owner=new.owner,
+                context_id=new.context_id,
+                ttl=new.ttl,
+                metadata=new.metadata,
+                created_at=now,
+                updated_at=now,
+            )
+            self._tasks[task.id] = task
+            return task
+
+    def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+        return task if task is not None and scope.admits(task.owner) else None
+
+    def _write(self, task_id: str, write: Write) -> Task | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or not _matches(task, write):
+                return None
+            now = self._now()
+            update: dict[str, Any] = {
+                **write.values,
+                "updated_at": now,
+                "version": task.version + 1,
+            }
+            if write.status is not None:
+                update["status"] = write.status
+            if write.claim is not None:
+                worker_id, lease = write.claim
+                update |= {"worker_id": worker_id, "lease_expires_at": now + lease}
+                update["attempt"] = task.attempt + 1
+            if write.release:
+                update |= {"worker_id": None, "lease_expires_at": None}
+                self._dispatched.discard(task_id)
+            if write.mark_started and task.started_at is None:
+                update["started_at"] = now
+            if write.mark_finished:
+                update["finished_at"] = now
+                if task.ttl is not None:
+                    self._expires[task_id] = now + task.ttl
+            written = task.model_copy(update=update)
+            self._tasks[task_id] = written
+            self._changed.notify_all()
+            return written
+
+    def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
+        with self._changed:
+            tasks = [task for task in self._tasks.values() if _listed(task, query)]
+        tasks.sort(key=lambda task: (task.created_at, task.id), reverse=True)
+        if after is not None:
+            tasks = [t for t in tasks if (t.created_at, t.id) < (after.created_at, after.task_id)]
+        return tasks[:limit]
+
+    def _delete(self, task_id: str, scope: OwnerScope) -> None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is not None and scope.admits(task.owner):
+                self._forget(task_id)
+                self._changed.notify_all()
+
+    def _forget(self, task_id: str) -> None:
+        del self._tasks[task_id]
+        self._expires.pop(task_id, None)
+        self._dispatched.discard(task_id)
+
+    def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
+        now = now or self._now()
+        with self._changed:
+            expired = [
+                task.id
+                for task in self._tasks.values()
+                if task.status in TERMINAL
+                and task.finished_at is not None
+                and self._expires.get(task.id, task.finished_at + ttl) <= now
+            ][:batch_size]
+            for task_id in expired:
+                self._forget(task_id)
+            return len(expired)
+
+    def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or task.status != TaskStatus.WORKING or task.worker_id != worker_id:
+                return None
+            task = task.model_copy(update={"lease_expires_at": self._now() + lease})
+            self._tasks[task_id] = task
+            return task
+
+    def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
+        now = now or self._now()
+        with self._changed:
+            return [
+                task
+                for task in self._tasks.values()
+                if task.status == TaskStatus.WORKING
+                and task.lease_expires_at is not None
+                and task.lease_expires_at < now
+            ][:limit]
+
+    def _mark_dispatched(self, task_id: str) -> None:
+        with self._changed:
+            if task_id in self._tasks:
+                self._dispatched.add(task_id)
+
+    def _undispatched(self, older_than: timedelta, limit: int) -> list[Task]:
+        cutoff = self._now() - older_than
+        with self._changed:
+            pending = [
+                task
+                for task in self._tasks.values()
+                if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
+                and task.worker_id is None
+                and task.id not in self._dispatched
+                and task.updated_at <= cutoff
+            ]
+        pending.sort(key=lambda task: task.updated_at)
+        return pending[:limit]
+
+    @contextmanager
+    def _waiter(self, task_id: str) -> Iterator[Waiter]:
+        def pause(seconds: float) -> None:
+            with self._changed:
+                self._changed.wait(seconds)
+
+        yield pause
+
+
+def _matches(task: Task, write: Write) -> bool:
+    return (
+        write.scope.admits(task.owner)
+        and task.status in write.from_statuses
+        and (write.expected_version is None or task.version == write.expected_version)
+        and (write.fence is UNSET or task.worker_id == write.fence)
+    )
+
+
+def _listed(task: Task, query: ListQuery) -> bool:
+    return (
+        query.scope.admits(task.owner)
+        and (query.statuses is None or task.status in query.statuses)
+        and (query.context_id is None or task.context_id == query.context_id)
+        and (query.name is None or task.name == query.name)
+        and (query.updated_after is None or task.updated_at > query.updated_after)
+    )

@@ -1,0 +1,134 @@
+"""The ``queuestore_tasks`` table, as typed SQLAlchemy 2 mappings.
+
+The Alembic migrations in ``queuestore/migrations`` build exactly this schema;
+a test compares the two on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from queuestore.models import TaskStatus
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp: ``timestamptz`` on PostgreSQL, UTC text on SQLite."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JsonColumn = JSON().with_variant(JSONB(), "postgresql")
+
+_STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
+
+_UNDISPATCHED = "dispatched_at IS NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class TaskRow(Base):
+    """One task. Columns mirror :class:`queuestore.models.Task`, plus bookkeeping."""
+
+    __tablename__ = "queuestore_tasks"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    input: Mapped[dict[str, Any]] = mapped_column(JsonColumn)
+    owner: Mapped[str | None] = mapped_column(String(256))
+    context_id: Mapped[str | None] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(20))
+    status_message: Mapped[str | None] = mapped_column(Text)
+    progress: Mapped[float | None] = mapped_column(Float)
+    result: Mapped[Any] = mapped_column(JsonColumn, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JsonColumn, nullable=True)
+    artifacts: Mapped[list[Any]] = mapped_column(JsonColumn)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonColumn)
+    answers: Mapped[list[Any]] = mapped_column(JsonColumn)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ttl_ms: Mapped[int | None] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempt: Mapped[int] = mapped_column(Integer)
+    version: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str | None] = mapped_column(String(256))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+        CheckConstraint("progress IS NULL OR (progress >= 0 AND progress <= 1)", name="progress"),
+        # Listing: owner-scoped and unscoped, newest first by the immutable key.
+        Index(None, "owner", "created_at", "id"),
+        Index(None, "created_at", "id"),
+        Index(None, "status", "updated_at"),
+        Index(None, "context_id"),
+        # The janitor: terminal rows by finish time or by their own expiry.
+        Index(
+            None,
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+            sqlite_where=text("finished_at IS NOT NULL"),
+        ),
+        Index(
+            None,
+            "expires_at",
+            postgresql_where=text("expires_at IS NOT NULL"),
+            sqlite_where=text("expires_at IS NOT NULL"),
+        ),
+        # The dispatcher sweep: unclaimed live tasks whose message was never published.
+        Index(
+            "ix_queuestore_tasks_undispatched",
+            "updated_at",
+            postgresql_where=text(_UNDISPATCHED),
+            sqlite_where=text(_UNDISPATCHED),
+        ),
+        # The reaper: leases that ran out.
+        Index(
+            None,
+            "lease_expires_at",
+            postgresql_where=text("lease_expires_at IS NOT NULL"),
+            sqlite_where=text("lease_expires_at IS NOT NULL"),
+        ),
+    )

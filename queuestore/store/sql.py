@@ -1,0 +1,414 @@
+"""The SQL store: SQLite (the embedded default) and PostgreSQL through psycopg 3.
+
+Every status write is one ``UPDATE ... WHERE id = :id AND status IN (...)
+RETURNING ...`` statement: compare-and-set in the database, never
+read-modify-write in Python. Timestamps come from PostgreSQL's clock; an
+embedded SQLite file has one process's clock at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Interval,
+    Row,
+    Table,
+    and_,
+    case,
+    create_engine,
+    delete,
+    event,
+    false,
+    func,
+    insert,
+    literal,
+    make_url,
+    or_,
+    select,
+    true,
+    tuple_,
+    update,
+)
+from sqlalchemy import exc as sa_exc
+
+from queuestore.cursor import CursorKey
+from queuestore.errors import StoreUnavailable, TaskConflict
+from queuestore.models import TERMINAL, Task, TaskStatus
+from queuestore.owner import OwnerScope
+from queuestore.store.base import UNSET, ListQuery, NewTask, TaskStore, Waiter, Write
+from queuestore.store.schema import TaskRow, UTCDateTime
+
+log = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "queuestore_tasks"
+"""PostgreSQL channel on which every status change is announced with the task id."""
+
+_T = cast(Table, TaskRow.__table__)
+_C = _T.c
+_COLUMNS = [
+    _C.id,
+    _C.name,
+    _C.input,
+    _C.owner,
+    _C.context_id,
+    _C.status,
+    _C.status_message,
+    _C.progress,
+    _C.result,
+    _C.error,
+    _C.artifacts,
+    _C["metadata"],
+    _C.answers,
+    _C.created_at,
+    _C.updated_at,
+    _C.started_at,
+    _C.finished_at,
+    _C.ttl_ms,
+    _C.attempt,
+    _C.version,
+    _C.worker_id,
+    _C.lease_expires_at,
+]
+_TERMINAL_VALUES = sorted(status.value for status in TERMINAL)
+
+
+def make_engine(url: str, **options: Any) -> Engine:
+    """An engine tuned for the store: WAL and a busy timeout on SQLite, pre-ping on PostgreSQL.
+
+    ``postgresql://`` URLs use psycopg 3. The folder of an SQLite file is created.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        options.setdefault("connect_args", {}).setdefault("timeout", 30)
+        engine = create_engine(parsed, **options)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    options.setdefault("pool_pre_ping", True)
+    return create_engine(parsed, **options)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+class SqlTaskStore(TaskStore):
+    """Tasks in one SQL table, ``queuestore_tasks``, on SQLite or PostgreSQL.
+
+    Args:
+        engine: an SQLAlchemy engine, or a URL to build one with :func:`make_engine`.
+        **options: as for :class:`~queuestore.store.base.TaskStore`.
+
+    Call :meth:`migrate` (or ``queuestore db upgrade``) once to create the schema.
+    """
+
+    def __init__(self, engine: Engine | str, **options: Any) -> None:
+        super().__init__(**options)
+        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+        dialect = self.engine.dialect.name
+        if dialect not in ("postgresql", "sqlite"):
+            raise ValueError(f"SqlTaskStore supports postgresql and sqlite, not {dialect}")
+        self._postgres = dialect == "postgresql"
+        self._owns_engine = isinstance(engine, str)
+
+    def __repr__(self) -> str:
+        return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema up to ``revision`` with the migrations shipped in the package."""
+        from queuestore.migrations import upgrade
+
+        with self._guard(), self.engine.begin() as connection:
+            upgrade(connection, revision)
+
+    def close(self) -> None:
+        """Dispose of the engine's pool if the store created the engine."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    # -- plumbing -----------------------------------------------------------
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            raise StoreUnavailable(f"database unavailable: {exc.orig or exc}") from exc
+        except sa_exc.DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise StoreUnavailable(f"database connection lost: {exc.orig}") from exc
+            raise
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._guard(), self.engine.begin() as connection:
+            yield connection
+
+    def _clock(self, now: datetime | None = None) -> ColumnElement[datetime]:
+        """Now, from the database's clock where it has one."""
+        if now is None and self._postgres:
+            return func.now().cast(UTCDateTime)
+        return literal(now or datetime.now(UTC), UTCDateTime)
+
+    def _later(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
+        if self._postgres:
+            return (clock + literal(delta, Interval())).cast(UTCDateTime)
+        return literal(_value_of(clock) + delta, UTCDateTime)
+
+    def _earlier(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
+        return self._later(clock, -delta)
+
+    def _expiry(self, clock: ColumnElement[datetime]) -> ColumnElement[Any]:
+        """``clock + ttl`` for the row being written (NULL when it has no ttl)."""
+        seconds = _C.ttl_ms / 1000.0
+        if self._postgres:
+            expiry = clock + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        else:
+            shift = func.printf("%.3f seconds", seconds)
+            expiry = func.strftime("%Y-%m-%d %H:%M:%f", clock, shift)
+        return case((_C.ttl_ms.is_not(None), expiry), else_=None)
+
+    # -- primitives ---------------------------------------------------------
+
+    def _insert(self, new: NewTask) -> Task:
+        clock = self._clock()
+        statement = (
+            insert(_T)
+            .values(
+                id=new.id,
+                name=new.name,
+                input=new.input,
+                owner=new.owner,
+                context_id=new.context_id,
+                status=TaskStatus.SUBMITTED.value,
+                artifacts=[],
+                answers=[],
+                created_at=clock,
+                updated_at=clock,
+                ttl_ms=None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
+                attempt=0,
+                version=1,
+                **{"metadata": new.metadata},
+            )
+            .returning(*_COLUMNS)
+        )
+        try:
+            with self._transaction() as connection:
+                row = connection.execute(statement).one()
+        except sa_exc.IntegrityError as exc:
+            raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id) from exc
+        return _to_task(row)
+
+    def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
+        statement = select(*_COLUMNS).where(_C.id == task_id, _scoped(scope))
+        with self._transaction() as connection:
+            row = connection.execute(statement).first()
+        return None if row is None else _to_task(row)
+
+    def _write(self, task_id: str, write: Write) -> Task | None:
+        clock = self._clock()
+        values: dict[str, Any] = {
+            name: _column_value(value) for name, value in write.values.items()
+        }
+        values |= {"updated_at": clock, "version": _C.version + 1}
+        if write.status is not None:
+            values["status"] = write.status.value
+        if write.claim is not None:
+            worker_id, lease = write.claim
+            values |= {
+                "worker_id": worker_id,
+                "lease_expires_at": self._later(clock, lease),
+                "attempt": _C.attempt + 1,
+            }
+        if write.release:
+            values |= {"worker_id": None, "lease_expires_at": None, "dispatched_at": None}
+        if write.mark_started:
+            values["started_at"] = func.coalesce(_C.started_at, clock)
+        if write.mark_finished:
+            values |= {"finished_at": clock, "expires_at": self._expiry(clock)}
+        conditions = [
+            _C.id == task_id,
+            _C.status.in_([status.value for status in write.from_statuses]),
+            _scoped(write.scope),
+        ]
+        if write.expected_version is not None:
+            conditions.append(_C.version == write.expected_version)
+        if write.fence is not UNSET:
+            fence = write.fence
+            conditions.append(_C.worker_id.is_(None) if fence is None else _C.worker_id == fence)
+        statement = update(_T).where(*conditions).values(values).returning(*_COLUMNS)
+        with self._transaction() as connection:
+            row = connection.execute(statement).first()
+            if row is not None and write.status is not None and self._postgres:
+                connection.execute(select(func.pg_notify(NOTIFY_CHANNEL, task_id)))
+        return None if row is None else _to_task(row)
+
+    def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
+        conditions = [_scoped(query.scope)]
+        if query.statuses is not None:
+            conditions.append(_C.status.in_([status.value for status in query.statuses]))
+        if query.context_id is not None:
+            conditions.append(_C.context_id == query.context_id)
+        if query.name is not None:
+            conditions.append(_C.name == query.name)
+        if query.updated_after is not None:
+            conditions.append(_C.updated_at > query.updated_after)
+        if after is not None:
+            position = tuple_(literal(after.created_at, UTCDateTime), literal(after.task_id))
+            conditions.append(tuple_(_C.created_at, _C.id) < position)
+        statement = (
+            select(*_COLUMNS)
+            .where(*conditions)
+            .order_by(_C.created_at.desc(), _C.id.desc())
+            .limit(limit)
+        )
+        with self._transaction() as connection:
+            return [_to_task(row) for row in connection.execute(statement)]
+
+    def _delete(self, task_id: str, scope: OwnerScope) -> None:
+        with self._transaction() as connection:
+            connection.execute(delete(_T).where(_C.id == task_id, _scoped(scope)))
+
+    def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
+        clock = self._clock(now)
+        expired = and_(
+            _C.status.in_(_TERMINAL_VALUES),
+            or_(
+                and_(_C.expires_at.is_not(None), _C.expires_at <= clock),
+                and_(
+                    _C.expires_at.is_(None),
+                    _C.finished_at.is_not(None),
+                    _C.finished_at <= self._earlier(clock, ttl),
+                ),
+            ),
+        )
+        batch = select(_C.id).where(expired).limit(batch_size)
+        if self._postgres:
+            batch = batch.with_for_update(skip_locked=True)
+        with self._transaction() as connection:
+            return connection.execute(delete(_T).where(_C.id.in_(batch))).rowcount
+
+    def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
+        statement = (
+            update(_T)
+            .where(
+                _C.id == task_id,
+                _C.status == TaskStatus.WORKING.value,
+                _C.worker_id == worker_id,
+            )
+            .values(lease_expires_at=self._later(self._clock(), lease))
+            .returning(*_COLUMNS)
+        )
+        with self._transaction() as connection:
+            row = connection.execute(statement).first()
+        return None if row is None else _to_task(row)
+
+    def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
+        statement = (
+            select(*_COLUMNS)
+            .where(
+                _C.lease_expires_at.is_not(None),
+                _C.lease_expires_at < self._clock(now),
+                _C.status == TaskStatus.WORKING.value,
+            )
+            .order_by(_C.lease_expires_at)
+            .limit(limit)
+        )
+        with self._transaction() as connection:
+            return [_to_task(row) for row in connection.execute(statement)]
+
+    def _mark_dispatched(self, task_id: str) -> None:
+        statement = (
+            update(_T)
+            .where(_C.id == task_id, _C.dispatched_at.is_(None))
+            .values(dispatched_at=self._clock())
+        )
+        with self._transaction() as connection:
+            connection.execute(statement)
+
+    def _undispatched(self, older_than: timedelta, limit: int) -> list[Task]:
+        statement = (
+            select(*_COLUMNS)
+            .where(
+                _C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
+                _C.worker_id.is_(None),
+                _C.dispatched_at.is_(None),
+                _C.updated_at <= self._earlier(self._clock(), older_than),
+            )
+            .order_by(_C.updated_at)
+            .limit(limit)
+        )
+        with self._transaction() as connection:
+            return [_to_task(row) for row in connection.execute(statement)]
+
+    @contextmanager
+    def _waiter(self, task_id: str) -> Iterator[Waiter]:
+        if not self._postgres:
+            yield time.sleep
+            return
+        autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        with self._guard(), autocommit.connect() as connection:
+            connection.exec_driver_sql(f"LISTEN {NOTIFY_CHANNEL}")
+            driver = connection.connection.driver_connection
+            assert driver is not None
+
+            def pause(seconds: float) -> None:
+                deadline = time.monotonic() + seconds
+                while (remaining := deadline - time.monotonic()) > 0:
+                    for note in driver.notifies(timeout=remaining, stop_after=1):
+                        if note.payload == task_id:
+                            return
+
+            try:
+                yield pause
+            finally:
+                connection.exec_driver_sql(f"UNLISTEN {NOTIFY_CHANNEL}")
+
+
+def _scoped(scope: OwnerScope) -> ColumnElement[bool]:
+    """The owner filter as a predicate inside the query, so it applies before any limit."""
+    if scope.unscoped:
+        return true()
+    if scope.nobody:
+        return false()
+    return _C.owner.is_(None) if scope.owner is None else _C.owner == scope.owner
+
+
+def _column_value(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_column_value(item) for item in value]
+    return value
+
+
+def _value_of(clock: ColumnElement[datetime]) -> datetime:
+    value = getattr(clock, "value", None)
+    if not isinstance(value, datetime):
+        raise TypeError("only a literal clock can be shifted in Python")
+    return value
+
+
+def _to_task(row: Row[Any]) -> Task:
+    fields = dict(row._mapping)
+    ttl_ms = fields.pop("ttl_ms")
+    fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
+    return Task.model_validate(fields)

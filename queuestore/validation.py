@@ -1,0 +1,170 @@
+"""Input checks shared by every store: bad input raises before anything is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
+
+from queuestore.errors import InvalidTaskData
+from queuestore.models import TASK_ID_PATTERN, Artifact, TaskError, TaskStatus
+
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 1 << 20
+MAX_NAME_LENGTH: Final = 200
+MAX_LABEL_LENGTH: Final = 256
+MAX_MESSAGE_LENGTH: Final = 10_000
+MAX_PAGE_SIZE: Final = 1000
+
+M = TypeVar("M", bound=BaseModel)
+
+_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+_JSON: Final = TypeAdapter[JsonValue](JsonValue)
+
+
+def task_id(value: object, field: str = "task_id") -> str:
+    """A task id: 1..64 url-safe base64 characters."""
+    if not isinstance(value, str) or not TASK_ID_PATTERN.match(value):
+        raise InvalidTaskData("must be 1 to 64 characters of [A-Za-z0-9_-]", field=field)
+    return value
+
+
+def name(value: object) -> str:
+    """A job name such as ``reports.build``: no spaces or control characters."""
+    if not isinstance(value, str) or not value:
+        raise InvalidTaskData("must be a non-empty string", field="name")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidTaskData(f"must be at most {MAX_NAME_LENGTH} characters", field="name")
+    if not _NAME.match(value):
+        raise InvalidTaskData("must not contain whitespace or control characters", field="name")
+    return value
+
+
+def label(value: object, field: str) -> str | None:
+    """An optional short identifier: owner, context id."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidTaskData("must be a non-empty string or None", field=field)
+    if len(value) > MAX_LABEL_LENGTH:
+        raise InvalidTaskData(f"must be at most {MAX_LABEL_LENGTH} characters", field=field)
+    return value
+
+
+def message(value: object, field: str = "status_message") -> str | None:
+    """An optional human-readable text."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidTaskData("must be a string or None", field=field)
+    if len(value) > MAX_MESSAGE_LENGTH:
+        raise InvalidTaskData(f"must be at most {MAX_MESSAGE_LENGTH} characters", field=field)
+    return value
+
+
+def json_value(value: object, field: str, max_bytes: int) -> JsonValue:
+    """A JSON-serialisable value no larger than ``max_bytes`` once encoded."""
+    try:
+        checked = _JSON.validate_python(value, strict=True)
+        encoded = json.dumps(checked, allow_nan=False, separators=(",", ":"))
+    except ValidationError as exc:
+        raise InvalidTaskData(f"is not JSON: {_first_error(exc)}", field=field) from exc
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskData(f"is not JSON: {exc}", field=field) from exc
+    size = len(encoded.encode())
+    if size > max_bytes:
+        raise InvalidTaskData(
+            f"is {size} bytes as JSON, over the limit of {max_bytes}", field=field
+        )
+    return checked
+
+
+def json_object(value: object, field: str, max_bytes: int) -> dict[str, JsonValue]:
+    """A JSON object (None means empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidTaskData("must be a JSON object", field=field)
+    checked = json_value(dict(value), field, max_bytes)
+    assert isinstance(checked, dict)
+    return checked
+
+
+def progress(value: object) -> float | None:
+    """A fraction between 0 and 1, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise InvalidTaskData("must be a number between 0 and 1 or None", field="progress")
+    if not 0.0 <= value <= 1.0:
+        raise InvalidTaskData(f"must be between 0 and 1, got {value}", field="progress")
+    return float(value)
+
+
+def status(value: object, field: str = "status") -> TaskStatus:
+    """A known status, given as the enum or its string value."""
+    try:
+        return TaskStatus(value if isinstance(value, str) else "")
+    except ValueError:
+        known = ", ".join(s.value for s in TaskStatus)
+        raise InvalidTaskData(f"unknown status {value!r}; one of {known}", field=field) from None
+
+
+def ttl(value: object) -> timedelta | None:
+    """How long a terminal task is kept: a non-negative timedelta or None."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta) or value < timedelta(0):
+        raise InvalidTaskData("must be a non-negative timedelta or None", field="ttl")
+    return value
+
+
+def aware(value: object, field: str) -> datetime:
+    """A timezone-aware datetime; naive ones are refused rather than guessed."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidTaskData("must be a timezone-aware datetime", field=field)
+    return value
+
+
+def limit(value: object) -> int:
+    """A page size between 1 and 1000."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAGE_SIZE:
+        raise InvalidTaskData(f"must be an integer from 1 to {MAX_PAGE_SIZE}", field="limit")
+    return value
+
+
+def positive_int(value: object, field: str) -> int:
+    """A positive integer (batch sizes, versions)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidTaskData("must be a positive integer", field=field)
+    return value
+
+
+def record(model: type[M], value: object, field: str, max_bytes: int) -> M:
+    """A pydantic record (``TaskError``, ``Artifact``) given as itself or a mapping."""
+    try:
+        checked = model.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidTaskData(_first_error(exc), field=field) from exc
+    json_value(checked.model_dump(mode="json"), field, max_bytes)
+    return checked
+
+
+def error(value: object, max_bytes: int) -> TaskError | None:
+    """A failure description, or None to clear it."""
+    return None if value is None else record(TaskError, value, "error", max_bytes)
+
+
+def artifact(value: object, max_bytes: int) -> Artifact:
+    """An artifact whose parts and metadata are JSON within the payload limit."""
+    return record(Artifact, value, "artifact", max_bytes)
+
+
+def _first_error(exc: ValidationError) -> str:
+    first: Mapping[str, Any] = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
