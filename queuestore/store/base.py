@@ -123,8 +123,15 @@ class ListQuery:
         )
 
 
-Waiter = Callable[[float], None]
-"""Blocks for at most the given seconds, returning early when a task may have changed."""
+StatusChange = tuple[str, TaskStatus]
+"""A task id and the status it moved to."""
+
+Listener = Callable[[float], "list[StatusChange]"]
+"""Blocks for at most the given seconds and returns the status changes seen meanwhile.
+
+A listener may return early with nothing, or return nothing after the full
+time on a backend without notifications: callers re-read what they watch.
+"""
 
 
 class TaskStore(ABC):
@@ -192,12 +199,20 @@ class TaskStore(ABC):
     def _undispatched(self, older_than: timedelta, limit: int) -> builtins.list[Task]:
         """Unclaimed submitted or working tasks whose message was never published."""
 
-    def _waiter(self, task_id: str) -> AbstractContextManager[Waiter]:
-        """How ``wait`` sleeps between looks; backends with notifications override it."""
-        return _sleeping_waiter()
+    def subscribe(self) -> AbstractContextManager[Listener]:
+        """Listen to status changes of every task while the context is open.
+
+        Backends with notifications (PostgreSQL LISTEN/NOTIFY, the in-memory
+        store) report changes as they commit; others just sleep, so callers
+        must poll what they watch after each call.
+        """
+        return _sleeping_listener()
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections and other resources held by the store."""
+
+    def after_fork(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Drop resources inherited from a parent process (call it in a forked child)."""
 
     # -- public verbs -------------------------------------------------------
 
@@ -449,14 +464,18 @@ class TaskStore(ABC):
             TaskNotFound: no such task visible to ``owner`` (or it was deleted).
         """
         deadline = time.monotonic() + timeout
-        with self._waiter(check.task_id(task_id)) as pause:
+        check.task_id(task_id)
+        with self.subscribe() as listen:
             task = self.get(task_id, owner=owner)
             delay = 0.005
             while not task.is_terminal:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                pause(min(delay, remaining))
+                pause_until = time.monotonic() + min(delay, remaining)
+                while (left := pause_until - time.monotonic()) > 0:
+                    if any(changed == task_id for changed, _ in listen(left)):
+                        break
                 delay = min(delay * 2, 0.5)
                 task = self.get(task_id, owner=owner)
         return task
@@ -644,5 +663,9 @@ def _lease(value: object) -> timedelta:
 
 
 @contextmanager
-def _sleeping_waiter() -> Iterator[Waiter]:
-    yield time.sleep
+def _sleeping_listener() -> Iterator[Listener]:
+    def listen(seconds: float) -> list[StatusChange]:
+        time.sleep(seconds)
+        return []
+
+    yield listen

@@ -12,7 +12,15 @@ from queuestore.cursor import CursorKey
 from queuestore.errors import TaskConflict
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
-from queuestore.store.base import UNSET, ListQuery, NewTask, TaskStore, Waiter, Write
+from queuestore.store.base import (
+    UNSET,
+    Listener,
+    ListQuery,
+    NewTask,
+    StatusChange,
+    TaskStore,
+    Write,
+)
 
 
 class InMemoryTaskStore(TaskStore):
@@ -28,6 +36,7 @@ class InMemoryTaskStore(TaskStore):
         self._expires: dict[str, datetime] = {}
         self._dispatched: set[str] = set()
         self._changed = threading.Condition(threading.Lock())
+        self._listeners: list[list[StatusChange]] = []
 
     @staticmethod
     def _now() -> datetime:
@@ -85,6 +94,9 @@ class InMemoryTaskStore(TaskStore):
                     self._expires[task_id] = now + task.ttl
             written = task.model_copy(update=update)
             self._tasks[task_id] = written
+            if write.status is not None:
+                for inbox in self._listeners:
+                    inbox.append((task_id, write.status))
             self._changed.notify_all()
             return written
 
@@ -162,12 +174,24 @@ class InMemoryTaskStore(TaskStore):
         return pending[:limit]
 
     @contextmanager
-    def _waiter(self, task_id: str) -> Iterator[Waiter]:
-        def pause(seconds: float) -> None:
-            with self._changed:
-                self._changed.wait(seconds)
+    def subscribe(self) -> Iterator[Listener]:
+        inbox: list[StatusChange] = []
 
-        yield pause
+        def listen(seconds: float) -> list[StatusChange]:
+            with self._changed:
+                if not inbox:
+                    self._changed.wait(seconds)
+                changes = inbox.copy()
+                inbox.clear()
+            return changes
+
+        with self._changed:
+            self._listeners.append(inbox)
+        try:
+            yield listen
+        finally:
+            with self._changed:
+                self._listeners.remove(inbox)
 
 
 def _matches(task: Task, write: Write) -> bool:

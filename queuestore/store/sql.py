@@ -9,7 +9,6 @@ embedded SQLite file has one process's clock at a time.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -46,13 +45,21 @@ from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
-from queuestore.store.base import UNSET, ListQuery, NewTask, TaskStore, Waiter, Write
+from queuestore.store.base import (
+    UNSET,
+    Listener,
+    ListQuery,
+    NewTask,
+    StatusChange,
+    TaskStore,
+    Write,
+)
 from queuestore.store.schema import TaskRow, UTCDateTime
 
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "queuestore_tasks"
-"""PostgreSQL channel on which every status change is announced with the task id."""
+"""PostgreSQL channel on which every status change is announced as ``<task id>:<status>``."""
 
 _T = cast(Table, TaskRow.__table__)
 _C = _T.c
@@ -138,6 +145,10 @@ class SqlTaskStore(TaskStore):
 
         with self._guard(), self.engine.begin() as connection:
             upgrade(connection, revision)
+
+    def after_fork(self) -> None:
+        """Forget the parent's pooled connections without closing them under its feet."""
+        self.engine.dispose(close=False)
 
     def close(self) -> None:
         """Dispose of the engine's pool if the store created the engine."""
@@ -258,7 +269,8 @@ class SqlTaskStore(TaskStore):
         with self._transaction() as connection:
             row = connection.execute(statement).first()
             if row is not None and write.status is not None and self._postgres:
-                connection.execute(select(func.pg_notify(NOTIFY_CHANNEL, task_id)))
+                payload = f"{task_id}:{write.status.value}"
+                connection.execute(select(func.pg_notify(NOTIFY_CHANNEL, payload)))
         return None if row is None else _to_task(row)
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
@@ -360,27 +372,42 @@ class SqlTaskStore(TaskStore):
             return [_to_task(row) for row in connection.execute(statement)]
 
     @contextmanager
-    def _waiter(self, task_id: str) -> Iterator[Waiter]:
+    def subscribe(self) -> Iterator[Listener]:
+        """Status changes via LISTEN on PostgreSQL; plain sleeping on SQLite."""
         if not self._postgres:
-            yield time.sleep
+            with super().subscribe() as listen:
+                yield listen
             return
         autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         with self._guard(), autocommit.connect() as connection:
             connection.exec_driver_sql(f"LISTEN {NOTIFY_CHANNEL}")
             driver = connection.connection.driver_connection
+            dbapi = self.engine.dialect.loaded_dbapi
             assert driver is not None
 
-            def pause(seconds: float) -> None:
-                deadline = time.monotonic() + seconds
-                while (remaining := deadline - time.monotonic()) > 0:
-                    for note in driver.notifies(timeout=remaining, stop_after=1):
-                        if note.payload == task_id:
-                            return
+            def listen(seconds: float) -> list[StatusChange]:
+                try:
+                    changes = [
+                        _parse_change(note.payload)
+                        for note in driver.notifies(timeout=seconds, stop_after=1)
+                    ]
+                    # Drain what else arrived, without waiting.
+                    changes.extend(
+                        _parse_change(note.payload) for note in driver.notifies(timeout=0)
+                    )
+                except dbapi.Error as exc:
+                    raise StoreUnavailable(f"lost the notification connection: {exc}") from exc
+                return changes
 
             try:
-                yield pause
+                yield listen
             finally:
                 connection.exec_driver_sql(f"UNLISTEN {NOTIFY_CHANNEL}")
+
+
+def _parse_change(payload: str) -> StatusChange:
+    task_id, _, status = payload.rpartition(":")
+    return task_id, TaskStatus(status)
 
 
 def _scoped(scope: OwnerScope) -> ColumnElement[bool]:
