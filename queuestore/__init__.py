@@ -1,5 +1,6 @@
 """queuestore: a durable task store whose tasks run as Celery jobs."""
 
+from queuestore.config import Settings
 from queuestore.errors import (
     BrokerUnavailable,
     InvalidCursor,
@@ -23,7 +24,9 @@ from queuestore.models import (
     new_task_id,
 )
 from queuestore.owner import ANY
+from queuestore.queue import TaskQueue
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
+from queuestore.worker import InputRequested, Job, JobCancelled, TaskContext, job
 
 __all__ = [
     "ANY",
@@ -34,20 +37,27 @@ __all__ = [
     "Artifact",
     "BrokerUnavailable",
     "InMemoryTaskStore",
+    "InputRequested",
     "InvalidCursor",
     "InvalidTaskData",
     "InvalidTransition",
+    "Job",
+    "JobCancelled",
     "LeaseLost",
     "QueueStoreError",
+    "Settings",
     "SqlTaskStore",
     "StoreUnavailable",
     "Task",
     "TaskConflict",
+    "TaskContext",
     "TaskError",
     "TaskNotFound",
     "TaskPage",
+    "TaskQueue",
     "TaskStatus",
     "TaskStore",
+    "job",
     "make_engine",
     "new_task_id",
 ]

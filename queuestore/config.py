@@ -1,0 +1,117 @@
+"""Configuration from the environment (``QUEUESTORE_*``), with an embedded default.
+
+With nothing set, tasks live in an SQLite file and the broker is Celery's
+filesystem transport, both under ``.queuestore/`` in the working directory:
+a bare machine runs the whole flow without any server.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from queuestore.store.sql import SqlTaskStore, make_engine
+from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
+
+EMBEDDED_HOME = Path(".queuestore")
+
+
+def _seconds(value: Any) -> Any:
+    """Read a bare number (as the environment gives it) as seconds."""
+    if isinstance(value, str):
+        try:
+            return timedelta(seconds=float(value))
+        except ValueError:
+            return value
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_seconds)]
+
+
+class Settings(BaseSettings):
+    """Every knob of a queuestore deployment; each reads ``QUEUESTORE_<NAME>``.
+
+    Durations accept seconds (``30``) or ISO 8601 (``PT30S``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="QUEUESTORE_", extra="ignore")
+
+    home: Path = Field(EMBEDDED_HOME, description="Folder of the embedded database and broker.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite in home.")
+    broker_url: str = Field("filesystem://", description="Celery broker URL.")
+    require_owner: bool = False
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    cursor_secret: SecretStr | None = None
+    auto_migrate: bool | None = Field(
+        None, description="Migrate the schema on start; default: only for SQLite."
+    )
+
+    lease: Duration = timedelta(seconds=30)
+    heartbeat_interval: Duration = timedelta(seconds=1)
+    max_attempts: int = Field(3, ge=1)
+    terminate_on_cancel: bool = True
+
+    janitor_ttl: Duration = timedelta(days=1)
+    janitor_interval: Duration = timedelta(minutes=1)
+    janitor_batch_size: int = Field(1000, ge=1)
+    reaper_interval: Duration = timedelta(seconds=10)
+    dispatch_interval: Duration = timedelta(seconds=10)
+    dispatch_grace: Duration = timedelta(seconds=10)
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to an SQLite file inside ``home``."""
+        return self.database_url or f"sqlite:///{self.home / 'queuestore.db'}"
+
+    def make_store(self) -> SqlTaskStore:
+        """A store on the configured database, migrated first when ``auto_migrate`` says so."""
+        engine = make_engine(self.resolved_database_url)
+        store = SqlTaskStore(
+            engine,
+            require_owner=self.require_owner,
+            max_payload_bytes=self.max_payload_bytes,
+            cursor_secret=(
+                self.cursor_secret.get_secret_value() if self.cursor_secret is not None else None
+            ),
+        )
+        migrate = self.auto_migrate
+        if migrate is None:
+            migrate = engine.dialect.name == "sqlite"
+        if migrate:
+            store.migrate()
+        return store
+
+    def celery_config(self) -> dict[str, Any]:
+        """Celery settings for durable jobs: late acks, one message at a time, no results."""
+        config: dict[str, Any] = {
+            "broker_url": self.broker_url,
+            "task_acks_late": True,
+            "worker_prefetch_multiplier": 1,
+            "task_ignore_result": True,
+            "task_serializer": "json",
+            "accept_content": ["json"],
+            "broker_connection_retry_on_startup": True,
+            "worker_hijack_root_logger": False,
+            "enable_utc": True,
+        }
+        if self.broker_url.startswith("filesystem://"):
+            config["broker_transport_options"] = self.filesystem_broker_options()
+        return config
+
+    def filesystem_broker_options(self) -> dict[str, Any]:
+        """Folders of the embedded broker (created if missing) and a short poll."""
+        root = self.home / "broker"
+        folders = {
+            "data_folder_in": root / "queue",
+            "data_folder_out": root / "queue",
+            "processed_folder": root / "processed",
+            "control_folder": root / "control",
+        }
+        for folder in folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        return {key: str(folder) for key, folder in folders.items()} | {"polling_interval": 0.1}

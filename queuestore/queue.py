@@ -1,0 +1,312 @@
+"""The caller's side of the Celery flow: submit, cancel, resume and wait for tasks.
+
+``submit`` is a transactional outbox: the task is committed first and the
+message published after, with the Celery task id equal to the task id. When
+the broker is down the task stays ``submitted`` and the dispatcher sweep (a
+beat task) publishes it later; the worker's claim makes a second message
+harmless, so nothing is lost and nothing runs twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from queuestore.errors import BrokerUnavailable
+from queuestore.models import Task
+from queuestore.owner import ANY, Owner
+from queuestore.store.base import TaskStore
+from queuestore.worker import Heartbeat, Job, execute, registered_job
+
+log = logging.getLogger(__name__)
+
+JANITOR_TASK = "queuestore.janitor"
+REAPER_TASK = "queuestore.reaper"
+DISPATCHER_TASK = "queuestore.dispatcher"
+
+_PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+_BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
+
+_QUEUES: weakref.WeakKeyDictionary[Celery, TaskQueue] = weakref.WeakKeyDictionary()
+_QUEUES_LOCK = threading.Lock()
+
+
+class TaskQueue:
+    """Joins a :class:`TaskStore` to a Celery app: tasks persist in one, run on the other.
+
+    Args:
+        store: where tasks live.
+        app: the Celery app whose workers run the jobs (see :func:`queuestore.job`).
+        lease: how long a run holds its task without a heartbeat before the
+            reaper may give it to another worker.
+        heartbeat_interval: how often a running job renews its lease.
+        max_attempts: runs a task gets when its workers keep dying.
+        terminate_on_cancel: send ``revoke(terminate=True, signal="SIGUSR1")``
+            on cancel, which interrupts a job on the prefork pool at once (it
+            sees :class:`celery.exceptions.SoftTimeLimitExceeded`). Turn it off
+            for solo, threads or gevent pools, where the job sees the cancel at
+            its next heartbeat or write.
+        dispatch_grace: how old an unpublished task must be before the
+            dispatcher sweep publishes it, so it does not race ``submit``.
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        app: Celery,
+        *,
+        lease: timedelta = timedelta(seconds=30),
+        heartbeat_interval: timedelta = timedelta(seconds=1),
+        max_attempts: int = 3,
+        terminate_on_cancel: bool = True,
+        dispatch_grace: timedelta = timedelta(seconds=10),
+    ) -> None:
+        if heartbeat_interval >= lease:
+            raise ValueError("heartbeat_interval must be shorter than the lease")
+        self.store = store
+        self.app = app
+        self.lease = lease
+        self.heartbeat_interval = heartbeat_interval
+        self.max_attempts = max_attempts
+        self.terminate_on_cancel = terminate_on_cancel
+        self.dispatch_grace = dispatch_grace
+        self._heartbeat: Heartbeat | None = None
+        with _QUEUES_LOCK:
+            first = app not in _QUEUES
+            _QUEUES[app] = self
+        if first:
+            _register_maintenance(app)
+
+    @classmethod
+    def of(cls, app: Celery) -> TaskQueue:
+        """The queue made for ``app`` in this process.
+
+        Raises:
+            RuntimeError: no ``TaskQueue(store, app)`` was created; create it in
+                the module that Celery loads with ``-A``.
+        """
+        try:
+            return _QUEUES[app]
+        except KeyError:
+            raise RuntimeError(
+                "no TaskQueue for this Celery app: create TaskQueue(store, app) "
+                "in the module the worker loads"
+            ) from None
+
+    # -- caller's verbs -----------------------------------------------------
+
+    def submit(
+        self,
+        name: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        context_id: str | None = None,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+    ) -> Task:
+        """Persist a task and enqueue the job that runs it.
+
+        The task is committed before its message is published. If the broker
+        is unreachable the task is still returned, ``submitted``, and the
+        dispatcher sweep publishes it once the broker is back.
+
+        Raises:
+            InvalidTaskData: bad arguments, or input the registered job cannot take.
+        """
+        registered = registered_job(self.app, name)
+        if registered is not None:
+            registered.check_input(input or {})
+        task = self.store.create(
+            name,
+            input,
+            owner=owner,
+            context_id=context_id,
+            ttl=ttl,
+            metadata=metadata,
+            task_id=task_id,
+        )
+        self.dispatch(task)
+        return task
+
+    def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
+        """Cancel a task: compare-and-set in the store, then revoke its job.
+
+        A task that had not started never runs its job; a running job is
+        interrupted (prefork pool) or stops at its next write or heartbeat.
+
+        Raises:
+            InvalidTransition: the task is already terminal.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        task = self.store.cancel(task_id, owner=owner, reason=reason)
+        try:
+            if self.terminate_on_cancel:
+                self.app.control.revoke(task_id, terminate=True, signal="SIGUSR1")
+            else:
+                self.app.control.revoke(task_id)
+        except _BROKER_ERRORS as exc:
+            log.warning(
+                "revoke of %s not sent (%s); the worker sees the cancel itself", task_id, exc
+            )
+        return task
+
+    def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
+        """Answer a task in ``input_required`` and run its job again.
+
+        Raises:
+            InvalidTransition: the task is not waiting for input.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        task = self.store.provide_input(task_id, answer, owner=owner)
+        self.dispatch(task)
+        return task
+
+    def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
+        """Wait until the task is terminal and return it (``.result``, ``.error``...).
+
+        Raises:
+            TimeoutError: the task is still live after ``timeout`` seconds.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        task = self.store.wait(task_id, timeout=timeout, owner=owner)
+        if not task.is_terminal:
+            raise TimeoutError(f"task {task_id!r} is still {task.status} after {timeout}s")
+        return task
+
+    # -- dispatching --------------------------------------------------------
+
+    def dispatch(self, task: Task, *, countdown: float | None = None) -> bool:
+        """Publish the message for the task's next run; False if the broker is down."""
+        try:
+            self.publish(task, countdown=countdown)
+        except BrokerUnavailable as exc:
+            log.warning("task %s stays queued in the store: %s", task.id, exc.__cause__)
+            return False
+        self.store.mark_dispatched(task.id)
+        return True
+
+    def publish(self, task: Task, *, countdown: float | None = None) -> None:
+        """Send the Celery message for ``task``, whose Celery id is the task id.
+
+        Raises:
+            BrokerUnavailable: the broker did not take the message.
+        """
+        try:
+            self.app.send_task(
+                task.name,
+                args=(task.id,),
+                task_id=task.id,
+                countdown=countdown,
+                retry=True,
+                retry_policy=_PUBLISH_RETRY,
+            )
+        except _BROKER_ERRORS as exc:
+            raise BrokerUnavailable(f"could not publish task {task.id}: {exc}") from exc
+
+    # -- maintenance (beat tasks) ------------------------------------------
+
+    def sweep(self, *, limit: int = 500) -> int:
+        """Publish tasks whose message never went out (broker down at submit)."""
+        published = 0
+        for task in self.store.undispatched(self.dispatch_grace, limit=limit):
+            if not self.dispatch(task):
+                break
+            published += 1
+        if published:
+            log.info("dispatcher published %d waiting tasks", published)
+        return published
+
+    def reap(self) -> list[Task]:
+        """Retry or fail tasks whose worker died, and publish the retries."""
+        reaped = self.store.reap(max_attempts=self.max_attempts)
+        for task in reaped:
+            if task.is_terminal:
+                log.warning("task %s failed: %s", task.id, task.error)
+            else:
+                log.warning("task %s lost its worker; retrying", task.id)
+                self.dispatch(task, countdown=min(2.0**task.attempt, 60.0))
+        return reaped
+
+    def install_beat_schedule(
+        self,
+        *,
+        janitor_ttl: timedelta = timedelta(days=1),
+        janitor_interval: timedelta = timedelta(minutes=1),
+        janitor_batch_size: int = 1000,
+        reaper_interval: timedelta = timedelta(seconds=10),
+        dispatch_interval: timedelta = timedelta(seconds=10),
+    ) -> None:
+        """Add the janitor, the reaper and the dispatcher sweep to ``app.conf.beat_schedule``.
+
+        Each entry expires after its own interval, so beats that pile up while
+        no worker runs are dropped instead of all running at once.
+        """
+        schedule = dict(self.app.conf.beat_schedule or {})
+        schedule[JANITOR_TASK] = {
+            "task": JANITOR_TASK,
+            "schedule": janitor_interval,
+            "kwargs": {
+                "ttl_seconds": janitor_ttl.total_seconds(),
+                "batch_size": janitor_batch_size,
+            },
+            "options": {"expires": janitor_interval.total_seconds()},
+        }
+        schedule[REAPER_TASK] = {
+            "task": REAPER_TASK,
+            "schedule": reaper_interval,
+            "options": {"expires": reaper_interval.total_seconds()},
+        }
+        schedule[DISPATCHER_TASK] = {
+            "task": DISPATCHER_TASK,
+            "schedule": dispatch_interval,
+            "options": {"expires": dispatch_interval.total_seconds()},
+        }
+        self.app.conf.beat_schedule = schedule
+
+    # -- worker side --------------------------------------------------------
+
+    def run(self, registered: Job[Any, Any], celery_task: Any, task_id: str) -> None:
+        """Run ``registered`` for ``task_id`` inside a Celery worker (called by ``@job``)."""
+        execute(self, registered, task_id)
+
+    def heartbeat(self) -> Heartbeat:
+        """This process's heartbeat thread (made anew in each forked worker child)."""
+        if self._heartbeat is None or self._heartbeat.pid != os.getpid():
+            self._heartbeat = Heartbeat(self)
+        return self._heartbeat
+
+
+def _register_maintenance(app: Celery) -> None:
+    from celery.signals import worker_process_init
+
+    from queuestore.janitor import run_janitor
+
+    def janitor(ttl_seconds: float, batch_size: int = 1000) -> int:
+        queue = TaskQueue.of(app)
+        return run_janitor(queue.store, timedelta(seconds=ttl_seconds), batch_size=batch_size)
+
+    def reaper() -> int:
+        return len(TaskQueue.of(app).reap())
+
+    def dispatcher() -> int:
+        return TaskQueue.of(app).sweep()
+
+    def forget_parent_connections(**_: Any) -> None:
+        queue = _QUEUES.get(app)
+        if queue is not None:
+            queue.store.after_fork()
+
+    app.task(name=JANITOR_TASK, ignore_result=True)(janitor)
+    app.task(name=REAPER_TASK, ignore_result=True)(reaper)
+    app.task(name=DISPATCHER_TASK, ignore_result=True)(dispatcher)
+    worker_process_init.connect(forget_parent_connections, weak=False)
