@@ -1,0 +1,80 @@
+"""The ``queuestore`` command, end to end on the embedded default."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from queuestore import SqlTaskStore
+from queuestore.cli import app
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def test_db_upgrade_creates_the_schema_and_current_reports_it(database_url: str) -> None:
+    runner = CliRunner()
+    upgraded = runner.invoke(app, ["db", "upgrade", "--url", database_url])
+    assert upgraded.exit_code == 0, upgraded.output
+    current = runner.invoke(app, ["db", "current", "--url", database_url])
+    assert current.exit_code == 0, current.output
+    assert current.output.strip() == "0001"
+    store = SqlTaskStore(database_url)
+    assert store.create("cli.check").status == "submitted"
+    store.close()
+
+
+def test_db_downgrade_to_base_drops_the_table(database_url: str) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    downgraded = runner.invoke(app, ["db", "downgrade", "base", "--url", database_url])
+    assert downgraded.exit_code == 0, downgraded.output
+    current = runner.invoke(app, ["db", "current", "--url", database_url])
+    assert current.output.strip() == "none"
+
+
+def test_tasks_commands_show_list_and_cancel(database_url: str) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    store = SqlTaskStore(database_url)
+    task = store.create("cli.job", {"n": 1}, owner="alice")
+    listed = runner.invoke(app, ["tasks", "list", "--url", database_url])
+    assert task.id in listed.output
+    shown = runner.invoke(app, ["tasks", "show", task.id, "--url", database_url])
+    assert '"owner": "alice"' in shown.output
+    cancelled = runner.invoke(app, ["tasks", "cancel", task.id, "--url", database_url])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert store.get(task.id).status == "cancelled"
+    again = runner.invoke(app, ["tasks", "cancel", task.id, "--url", database_url])
+    assert again.exit_code == 1
+    assert "cancelled" in again.output
+    missing = runner.invoke(app, ["tasks", "show", "nope", "--url", database_url])
+    assert missing.exit_code == 1
+    store.close()
+
+
+@pytest.mark.integration
+def test_demo_runs_the_whole_flow_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """The README's main command: worker, beat, progress, cancel, input, janitor."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUESTORE_")}
+    demo = subprocess.run(
+        [sys.executable, "-m", "queuestore", "demo"],
+        cwd=tmp_path,
+        env=env | {"COLUMNS": "120"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "cancelled crunch while it was working" in demo.stdout
+    assert "removed by the janitor" in demo.stdout
+    assert "all done" in demo.stdout
+    assert list(tmp_path.iterdir()) == []
