@@ -20,7 +20,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from queuestore.errors import BrokerUnavailable
+from queuestore.errors import BrokerUnavailable, StoreUnavailable
 from queuestore.models import Task
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore
@@ -275,9 +275,18 @@ class TaskQueue:
 
     # -- worker side --------------------------------------------------------
 
-    def run(self, registered: Job[Any, Any], celery_task: Any, task_id: str) -> None:
-        """Run ``registered`` for ``task_id`` inside a Celery worker (called by ``@job``)."""
-        execute(self, registered, task_id)
+    def run(self, registered: Job, celery_task: Any, task_id: str) -> None:
+        """Run ``registered`` for ``task_id`` inside a Celery worker (called by ``@job``).
+
+        If the store cannot be reached to claim the task, the message is
+        retried later rather than acknowledged and lost.
+        """
+        try:
+            execute(self, registered, task_id)
+        except StoreUnavailable as exc:
+            countdown = min(2.0**celery_task.request.retries, 60.0)
+            log.warning("task %s: store unavailable (%s); retry in %.0fs", task_id, exc, countdown)
+            raise celery_task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
 
     def heartbeat(self) -> Heartbeat:
         """This process's heartbeat thread (made anew in each forked worker child)."""

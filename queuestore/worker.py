@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
@@ -39,10 +39,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-P = ParamSpec("P")
-R = TypeVar("R")
+T = TypeVar("T")
 
-_OUTCOME_RETRY_SECONDS = 60.0
+STORE_RETRY_SECONDS = 60.0
+"""How long a run keeps retrying a write while the database is unreachable."""
 
 
 class JobCancelled(BaseException):
@@ -147,7 +147,7 @@ class TaskContext:
     def _write(self, write: Callable[[], Task]) -> None:
         self.raise_if_cancelled()
         try:
-            self._task = write()
+            self._task = _riding_out_outages(write, self.task_id)
         except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
             self._stop.set()
             raise JobCancelled(self.task_id) from exc
@@ -159,7 +159,7 @@ class TaskContext:
 
 
 @dataclass
-class Job(Generic[P, R]):
+class Job:
     """A function registered as a queuestore job on a Celery app."""
 
     name: str
@@ -184,7 +184,7 @@ class Job(Generic[P, R]):
 
 def job(
     app: Celery, *, name: str | None = None, **celery_options: Any
-) -> Callable[[Callable[..., Any]], Job[Any, Any]]:
+) -> Callable[[Callable[..., Any]], Job]:
     """Register ``function(ctx, **input)`` as a job named ``name`` on ``app``.
 
     The Celery task it creates takes only the task id; the input is read from
@@ -198,7 +198,7 @@ def job(
         **celery_options: passed to ``app.task`` (``queue``, ``time_limit``...).
     """
 
-    def register(function: Callable[..., Any]) -> Job[Any, Any]:
+    def register(function: Callable[..., Any]) -> Job:
         job_name = name or f"{function.__module__}.{function.__qualname__}"
         options = {"acks_late": True, "ignore_result": True, **celery_options}
 
@@ -210,17 +210,17 @@ def job(
         run.__name__ = run.__qualname__ = function.__name__
         run.__module__ = function.__module__
         celery_task = app.task(name=job_name, bind=True, **options)(run)
-        registered: Job[Any, Any] = Job(job_name, function, celery_task)
+        registered: Job = Job(job_name, function, celery_task)
         _JOBS[(id(app), job_name)] = registered
         return registered
 
     return register
 
 
-_JOBS: dict[tuple[int, str], Job[Any, Any]] = {}
+_JOBS: dict[tuple[int, str], Job] = {}
 
 
-def registered_job(app: Celery, name: str) -> Job[Any, Any] | None:
+def registered_job(app: Celery, name: str) -> Job | None:
     """The job registered under ``name`` on ``app`` in this process, if any."""
     return _JOBS.get((id(app), name))
 
@@ -230,7 +230,7 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def execute(queue: TaskQueue, registered: Job[Any, Any], task_id: str) -> Task | None:
+def execute(queue: TaskQueue, registered: Job, task_id: str) -> Task | None:
     """Run one job for ``task_id`` if this run can claim it; return the task as left.
 
     Returns None when the claim failed: the message was a duplicate, or the task
@@ -257,7 +257,7 @@ class _Outcome:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def _call(registered: Job[Any, Any], ctx: TaskContext) -> _Outcome:
+def _call(registered: Job, ctx: TaskContext) -> _Outcome:
     try:
         value = registered.function(ctx, **ctx.task.input)
     except JobCancelled:
@@ -298,15 +298,24 @@ def _record(queue: TaskQueue, ctx: TaskContext, outcome: _Outcome) -> Task | Non
     """Write the outcome, riding out a database restart; a cancelled task stays cancelled."""
     if outcome.status is None:
         return ctx.task
-    deadline = time.monotonic() + _OUTCOME_RETRY_SECONDS
+    return _riding_out_outages(lambda: _write_outcome(queue, ctx, outcome), ctx.task_id)
+
+
+def _riding_out_outages(write: Callable[[], T], task_id: str) -> T:
+    """Retry ``write`` with backoff while the store is unreachable, for a bounded time.
+
+    If the outage outlasts :data:`STORE_RETRY_SECONDS` the error propagates;
+    the run's lease then expires and the reaper gives the task another run.
+    """
+    deadline = time.monotonic() + STORE_RETRY_SECONDS
     delay = 0.1
     while True:
         try:
-            return _write_outcome(queue, ctx, outcome)
+            return write()
         except StoreUnavailable:
             if time.monotonic() >= deadline:
                 raise
-            log.warning("store unavailable writing task %s; retrying", ctx.task_id)
+            log.warning("store unavailable writing task %s; retrying in %.1fs", task_id, delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
