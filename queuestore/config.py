@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     reaper_interval: Duration = timedelta(seconds=10)
     dispatch_interval: Duration = timedelta(seconds=10)
     dispatch_grace: Duration = timedelta(seconds=10)
+    redispatch_after: Duration | None = timedelta(hours=1)
 
     @property
     def resolved_database_url(self) -> str:

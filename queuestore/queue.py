@@ -56,6 +56,8 @@ class TaskQueue:
             its next heartbeat or write.
         dispatch_grace: how old an unpublished task must be before the
             dispatcher sweep publishes it, so it does not race ``submit``.
+        redispatch_after: publish again a task whose message went out this
+            long ago and was never claimed (a broker that lost it); None never does.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class TaskQueue:
         max_attempts: int = 3,
         terminate_on_cancel: bool = True,
         dispatch_grace: timedelta = timedelta(seconds=10),
+        redispatch_after: timedelta | None = timedelta(hours=1),
     ) -> None:
         if heartbeat_interval >= lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
@@ -78,6 +81,7 @@ class TaskQueue:
         self.max_attempts = max_attempts
         self.terminate_on_cancel = terminate_on_cancel
         self.dispatch_grace = dispatch_grace
+        self.redispatch_after = redispatch_after
         self._heartbeat: Heartbeat | None = None
         with _QUEUES_LOCK:
             first = app not in _QUEUES
@@ -216,9 +220,12 @@ class TaskQueue:
     # -- maintenance (beat tasks) ------------------------------------------
 
     def sweep(self, *, limit: int = 500) -> int:
-        """Publish tasks whose message never went out (broker down at submit)."""
+        """Publish tasks whose message never went out (broker down at submit) or was lost."""
         published = 0
-        for task in self.store.undispatched(self.dispatch_grace, limit=limit):
+        due = self.store.undispatched(
+            self.dispatch_grace, redispatch_after=self.redispatch_after, limit=limit
+        )
+        for task in due:
             if not self.dispatch(task):
                 break
             published += 1

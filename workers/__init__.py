@@ -26,6 +26,7 @@ queue = TaskQueue(
     max_attempts=settings.max_attempts,
     terminate_on_cancel=settings.terminate_on_cancel,
     dispatch_grace=settings.dispatch_grace,
+    redispatch_after=settings.redispatch_after,
 )
 queue.install_beat_schedule(
     janitor_ttl=settings.janitor_ttl,

@@ -196,8 +196,14 @@ class TaskStore(ABC):
         """Record that a message for the task's next run was published."""
 
     @abstractmethod
-    def _undispatched(self, older_than: timedelta, limit: int) -> builtins.list[Task]:
-        """Unclaimed submitted or working tasks whose message was never published."""
+    def _undispatched(
+        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+    ) -> builtins.list[Task]:
+        """Unclaimed submitted or working tasks due for a (new) message, oldest first.
+
+        Due: never published and last written before ``older_than`` ago, or
+        published more than ``redispatch_after`` ago and still not claimed.
+        """
 
     def subscribe(self) -> AbstractContextManager[Listener]:
         """Listen to status changes of every task while the context is open.
@@ -554,9 +560,28 @@ class TaskStore(ABC):
         """Record that the message for the task's next run was published."""
         self._mark_dispatched(check.task_id(task_id))
 
-    def undispatched(self, older_than: timedelta, *, limit: int = 100) -> builtins.list[Task]:
-        """Unclaimed tasks whose message was never published, oldest first."""
-        return self._undispatched(check.ttl(older_than) or timedelta(0), check.limit(limit))
+    def undispatched(
+        self,
+        older_than: timedelta,
+        *,
+        redispatch_after: timedelta | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Task]:
+        """Unclaimed tasks whose message never went out, oldest first.
+
+        Args:
+            older_than: skip tasks written more recently, which ``submit`` may
+                still be publishing.
+            redispatch_after: also return tasks published this long ago and
+                still unclaimed, whose message a broker may have lost (a worker
+                killed with prefetched messages on a broker that does not
+                redeliver). A duplicate message is harmless: the claim drops it.
+        """
+        return self._undispatched(
+            check.ttl(older_than) or timedelta(0),
+            None if redispatch_after is None else check.ttl(redispatch_after),
+            check.limit(limit),
+        )
 
     # -- rules --------------------------------------------------------------
 

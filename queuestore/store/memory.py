@@ -34,7 +34,7 @@ class InMemoryTaskStore(TaskStore):
         super().__init__(**options)
         self._tasks: dict[str, Task] = {}
         self._expires: dict[str, datetime] = {}
-        self._dispatched: set[str] = set()
+        self._dispatched: dict[str, datetime] = {}
         self._changed = threading.Condition(threading.Lock())
         self._listeners: list[list[StatusChange]] = []
 
@@ -85,7 +85,7 @@ class InMemoryTaskStore(TaskStore):
                 update["attempt"] = task.attempt + 1
             if write.release:
                 update |= {"worker_id": None, "lease_expires_at": None}
-                self._dispatched.discard(task_id)
+                self._dispatched.pop(task_id, None)
             if write.mark_started and task.started_at is None:
                 update["started_at"] = now
             if write.mark_finished:
@@ -118,7 +118,7 @@ class InMemoryTaskStore(TaskStore):
     def _forget(self, task_id: str) -> None:
         del self._tasks[task_id]
         self._expires.pop(task_id, None)
-        self._dispatched.discard(task_id)
+        self._dispatched.pop(task_id, None)
 
     def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
         now = now or self._now()
@@ -157,18 +157,26 @@ class InMemoryTaskStore(TaskStore):
     def _mark_dispatched(self, task_id: str) -> None:
         with self._changed:
             if task_id in self._tasks:
-                self._dispatched.add(task_id)
+                self._dispatched[task_id] = self._now()
 
-    def _undispatched(self, older_than: timedelta, limit: int) -> list[Task]:
-        cutoff = self._now() - older_than
+    def _undispatched(
+        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+    ) -> list[Task]:
+        now = self._now()
+
+        def due(task: Task) -> bool:
+            published = self._dispatched.get(task.id)
+            if published is None:
+                return task.updated_at <= now - older_than
+            return redispatch_after is not None and published <= now - redispatch_after
+
         with self._changed:
             pending = [
                 task
                 for task in self._tasks.values()
                 if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
                 and task.worker_id is None
-                and task.id not in self._dispatched
-                and task.updated_at <= cutoff
+                and due(task)
             ]
         pending.sort(key=lambda task: task.updated_at)
         return pending[:limit]

@@ -54,6 +54,10 @@ _STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
 
 _UNDISPATCHED = "dispatched_at IS NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
 
+_UNCLAIMED_DISPATCHED = (
+    "dispatched_at IS NOT NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
+)
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -123,6 +127,12 @@ class TaskRow(Base):
             "updated_at",
             postgresql_where=text(_UNDISPATCHED),
             sqlite_where=text(_UNDISPATCHED),
+        ),
+        Index(
+            "ix_queuestore_tasks_unclaimed_dispatched_at",
+            "dispatched_at",
+            postgresql_where=text(_UNCLAIMED_DISPATCHED),
+            sqlite_where=text(_UNCLAIMED_DISPATCHED),
         ),
         # The reaper: leases that ran out.
         Index(

@@ -348,22 +348,23 @@ class SqlTaskStore(TaskStore):
             return [_to_task(row) for row in connection.execute(statement)]
 
     def _mark_dispatched(self, task_id: str) -> None:
-        statement = (
-            update(_T)
-            .where(_C.id == task_id, _C.dispatched_at.is_(None))
-            .values(dispatched_at=self._clock())
-        )
+        statement = update(_T).where(_C.id == task_id).values(dispatched_at=self._clock())
         with self._transaction() as connection:
             connection.execute(statement)
 
-    def _undispatched(self, older_than: timedelta, limit: int) -> list[Task]:
+    def _undispatched(
+        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+    ) -> list[Task]:
+        clock = self._clock()
+        due = and_(_C.dispatched_at.is_(None), _C.updated_at <= self._earlier(clock, older_than))
+        if redispatch_after is not None:
+            due = or_(due, _C.dispatched_at <= self._earlier(clock, redispatch_after))
         statement = (
             select(*_COLUMNS)
             .where(
                 _C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
                 _C.worker_id.is_(None),
-                _C.dispatched_at.is_(None),
-                _C.updated_at <= self._earlier(self._clock(), older_than),
+                due,
             )
             .order_by(_C.updated_at)
             .limit(limit)

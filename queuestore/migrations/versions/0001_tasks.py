@@ -26,6 +26,9 @@ STATUSES = (
     "'completed', 'failed', 'cancelled', 'rejected'"
 )
 UNDISPATCHED = "dispatched_at IS NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
+UNCLAIMED_DISPATCHED = (
+    "dispatched_at IS NOT NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
+)
 
 
 def json_column() -> sa.types.TypeEngine[Any]:
@@ -85,6 +88,13 @@ def upgrade() -> None:
         ["updated_at"],
         postgresql_where=sa.text(UNDISPATCHED),
         sqlite_where=sa.text(UNDISPATCHED),
+    )
+    op.create_index(
+        "ix_queuestore_tasks_unclaimed_dispatched_at",
+        TABLE,
+        ["dispatched_at"],
+        postgresql_where=sa.text(UNCLAIMED_DISPATCHED),
+        sqlite_where=sa.text(UNCLAIMED_DISPATCHED),
     )
 
 
