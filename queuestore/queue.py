@@ -322,7 +322,7 @@ def _register_maintenance(app: Celery) -> None:
         if queue is not None:
             queue.store.after_fork()
 
-    app.task(name=JANITOR_TASK, ignore_result=True)(janitor)
-    app.task(name=REAPER_TASK, ignore_result=True)(reaper)
-    app.task(name=DISPATCHER_TASK, ignore_result=True)(dispatcher)
+    app.task(name=JANITOR_TASK, ignore_result=True, shared=False)(janitor)
+    app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
+    app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)
     worker_process_init.connect(forget_parent_connections, weak=False)

@@ -200,7 +200,7 @@ def job(
 
     def register(function: Callable[..., Any]) -> Job:
         job_name = name or f"{function.__module__}.{function.__qualname__}"
-        options = {"acks_late": True, "ignore_result": True, **celery_options}
+        options = {"acks_late": True, "ignore_result": True, "shared": False, **celery_options}
 
         def run(celery_task: Any, task_id: str) -> None:
             from queuestore.queue import TaskQueue

@@ -1,0 +1,407 @@
+"""The Celery layer's rules, run in-process on the in-memory store.
+
+These call the worker's ``execute`` directly (no broker round trip) so each
+rule of a run -- claim, outcome, fencing, input, cancel -- is checked on its
+own; tests/integration runs the same flow through real worker processes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from queuestore import (
+    Artifact,
+    InMemoryTaskStore,
+    InvalidTaskData,
+    InvalidTransition,
+    TaskContext,
+    TaskQueue,
+    TaskStatus,
+    job,
+)
+from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.worker import Job, execute
+
+
+class Published:
+    """Records what the queue publishes and revokes instead of talking to a broker."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.revoked: list[tuple[str, dict[str, Any]]] = []
+        self.broker_down = False
+
+    def send_task(self, name: str, **options: Any) -> None:
+        if self.broker_down:
+            raise OperationalError("connection refused")
+        self.messages.append({"name": name, **options})
+
+    def revoke(self, task_id: str, **options: Any) -> None:
+        self.revoked.append((task_id, options))
+
+
+@pytest.fixture
+def app() -> Celery:
+    return Celery("test_worker", broker="memory://", set_as_current=False)
+
+
+@pytest.fixture
+def published(app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
+    record = Published()
+    monkeypatch.setattr(app, "send_task", record.send_task)
+    monkeypatch.setattr(app.control, "revoke", record.revoke)
+    return record
+
+
+@pytest.fixture
+def queue(app: Celery, published: Published) -> Iterator[TaskQueue]:
+    return TaskQueue(
+        InMemoryTaskStore(),
+        app,
+        lease=timedelta(seconds=5),
+        heartbeat_interval=timedelta(seconds=0.05),
+    )
+
+
+def register(app: Celery, function: Any, name: str = "test.job") -> Job:
+    return job(app, name=name)(function)
+
+
+def test_a_run_completes_with_result_progress_and_streamed_artifacts(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    def build(ctx: TaskContext, month: str) -> dict[str, Any]:
+        for chunk in ("a,b\n", "1,2\n"):
+            ctx.add_artifact(Artifact(artifact_id="csv", parts=[chunk]), append=True)
+        ctx.progress(0.5, "half way")
+        return {"month": month, "rows": 1}
+
+    registered = register(app, build)
+    task = queue.submit("test.job", {"month": "2026-11"}, owner="alice")
+    assert published.messages == [
+        {
+            "name": "test.job",
+            "args": (task.id,),
+            "task_id": task.id,
+            "countdown": None,
+            "retry": True,
+            "retry_policy": published.messages[0]["retry_policy"],
+        }
+    ]
+
+    done = execute(queue, registered, task.id)
+
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"month": "2026-11", "rows": 1}
+    assert done.progress == 1.0
+    assert done.artifacts[0].parts == ["a,b\n", "1,2\n"]
+    assert done.attempt == 1
+    assert done.worker_id is None
+
+
+def test_an_exception_fails_the_task_with_its_type_and_message(
+    app: Celery, queue: TaskQueue
+) -> None:
+    class UpstreamDown(Exception):
+        pass
+
+    def call(ctx: TaskContext) -> None:
+        raise UpstreamDown("503 from upstream")
+
+    task = queue.submit("test.job")
+    failed = execute(queue, register(app, call), task.id)
+
+    assert failed is not None
+    assert failed.status is TaskStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.type.endswith("UpstreamDown")
+    assert failed.error.type.startswith(__name__)
+    assert failed.error.message == "503 from upstream"
+
+
+def test_a_builtin_exception_is_named_without_its_module(app: Celery, queue: TaskQueue) -> None:
+    def call(ctx: TaskContext) -> None:
+        raise ValueError("bad month")
+
+    failed = execute(queue, register(app, call), queue.submit("test.job").id)
+    assert failed is not None
+    assert failed.error is not None
+    assert (failed.error.type, failed.error.message) == ("ValueError", "bad month")
+
+
+def test_a_result_that_is_not_json_fails_the_task(app: Celery, queue: TaskQueue) -> None:
+    def call(ctx: TaskContext) -> object:
+        return {"when": datetime.now(UTC)}
+
+    failed = execute(queue, register(app, call), queue.submit("test.job").id)
+    assert failed is not None
+    assert failed.status is TaskStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.type == "InvalidTaskData"
+
+
+def test_a_second_message_for_the_same_run_is_dropped_and_the_body_runs_once(
+    app: Celery, queue: TaskQueue
+) -> None:
+    runs: list[str] = []
+
+    def call(ctx: TaskContext) -> int:
+        runs.append(ctx.worker_id)
+        return len(runs)
+
+    registered = register(app, call)
+    task = queue.submit("test.job")
+    assert execute(queue, registered, task.id) is not None
+    assert execute(queue, registered, task.id) is None
+    assert len(runs) == 1
+    assert queue.store.get(task.id).result == 1
+
+
+def test_request_input_parks_the_task_and_resume_replays_with_the_answers(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    asked: list[str] = []
+
+    def deploy(ctx: TaskContext, service: str) -> dict[str, Any]:
+        first = ctx.request_input(f"Deploy {service}?")
+        asked.append("first")
+        second = ctx.request_input("Which region?")
+        asked.append("second")
+        return {"go": first, "region": second}
+
+    registered = register(app, deploy)
+    task = queue.submit("test.job", {"service": "api"})
+
+    parked = execute(queue, registered, task.id)
+    assert parked is not None
+    assert parked.status is TaskStatus.INPUT_REQUIRED
+    assert parked.status_message == "Deploy api?"
+    assert parked.worker_id is None
+
+    resumed = queue.resume(task.id, "yes")
+    assert resumed.status is TaskStatus.WORKING
+    assert resumed.worker_id is None
+    assert published.messages[-1]["task_id"] == task.id
+
+    parked = execute(queue, registered, task.id)
+    assert parked is not None
+    assert parked.status_message == "Which region?"
+
+    queue.resume(task.id, "eu-west")
+    done = execute(queue, registered, task.id)
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"go": "yes", "region": "eu-west"}
+    assert done.answers == ["yes", "eu-west"]
+    assert asked == ["first", "first", "second"]
+
+
+def test_resume_of_a_task_not_waiting_for_input_is_refused(app: Celery, queue: TaskQueue) -> None:
+    task = queue.submit("test.job")
+    with pytest.raises(InvalidTransition):
+        queue.resume(task.id, "yes")
+
+
+def test_a_write_after_cancel_stops_the_job_and_the_task_stays_cancelled(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    reached: list[str] = []
+
+    def call(ctx: TaskContext) -> str:
+        queue.cancel(ctx.task_id, reason="user asked")
+        try:
+            ctx.progress(0.5)
+        finally:
+            reached.append("finally")
+        reached.append("after the write")
+        return "never stored"
+
+    task = queue.submit("test.job")
+    left = execute(queue, register(app, call), task.id)
+
+    assert reached == ["finally"]
+    assert left is not None
+    stored = queue.store.get(task.id)
+    assert stored.status is TaskStatus.CANCELLED
+    assert stored.status_message == "user asked"
+    assert stored.result is None
+    assert published.revoked == [(task.id, {"terminate": True, "signal": "SIGUSR1"})]
+
+
+def test_a_job_that_ignores_the_cancel_cannot_complete_the_task(
+    app: Celery, queue: TaskQueue
+) -> None:
+    def call(ctx: TaskContext) -> str:
+        queue.store.cancel(ctx.task_id)
+        return "finished anyway"
+
+    task = queue.submit("test.job")
+    execute(queue, register(app, call), task.id)
+    stored = queue.store.get(task.id)
+    assert stored.status is TaskStatus.CANCELLED
+    assert stored.result is None
+
+
+def test_a_task_cancelled_before_it_starts_never_runs_its_body(
+    app: Celery, queue: TaskQueue
+) -> None:
+    runs: list[int] = []
+    registered = register(app, lambda ctx: runs.append(1))
+    task = queue.submit("test.job")
+    queue.cancel(task.id)
+    assert execute(queue, registered, task.id) is None
+    assert runs == []
+
+
+def test_the_heartbeat_tells_a_running_job_about_a_cancel(app: Celery, queue: TaskQueue) -> None:
+    started = threading.Event()
+
+    def call(ctx: TaskContext) -> str:
+        started.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ctx.raise_if_cancelled()
+            time.sleep(0.01)
+        return "the cancel never arrived"
+
+    task = queue.submit("test.job")
+    runner = threading.Thread(target=execute, args=(queue, register(app, call), task.id))
+    runner.start()
+    assert started.wait(5)
+    queue.cancel(task.id)
+    runner.join(15)
+    assert not runner.is_alive()
+    assert queue.store.get(task.id).status is TaskStatus.CANCELLED
+
+
+def test_the_heartbeat_keeps_the_lease_of_a_long_job_alive(app: Celery, queue: TaskQueue) -> None:
+    seen: list[datetime] = []
+
+    def call(ctx: TaskContext) -> None:
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:
+            lease = queue.store.get(ctx.task_id).lease_expires_at
+            assert lease is not None
+            if not seen or lease > seen[-1]:
+                seen.append(lease)
+            time.sleep(0.02)
+
+    task = queue.submit("test.job")
+    execute(queue, register(app, call), task.id)
+    assert len(seen) == 2
+
+
+def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    outcome: list[str] = []
+
+    def call(ctx: TaskContext) -> None:
+        later = datetime.now(UTC) + timedelta(minutes=5)
+        reaped = queue.store.reap(later, max_attempts=3)
+        assert [t.id for t in reaped] == [ctx.task_id]
+        try:
+            ctx.progress(0.9)
+        except BaseException as signal:
+            outcome.append(type(signal).__name__)
+            raise
+
+    task = queue.submit("test.job")
+    registered = register(app, call)
+    execute(queue, registered, task.id)
+    assert outcome == ["JobCancelled"]
+    stored = queue.store.get(task.id)
+    assert stored.status is TaskStatus.WORKING
+    assert stored.worker_id is None
+    assert queue.store.claim(task.id, "another-worker", timedelta(seconds=5)) is not None
+
+
+def test_the_reaper_republishes_retries_with_a_backoff(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    task = queue.submit("test.job")
+    queue.store.claim(task.id, "dead-worker", timedelta(milliseconds=1))
+    time.sleep(0.01)
+    reaped = queue.reap()
+    assert [t.id for t in reaped] == [task.id]
+    assert published.messages[-1]["task_id"] == task.id
+    assert published.messages[-1]["countdown"] == 2.0
+
+
+def test_submit_refuses_input_the_job_cannot_take_and_writes_nothing(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    register(app, lambda ctx, month: month)
+    with pytest.raises(InvalidTaskData) as refused:
+        queue.submit("test.job", {"mnth": "2026-11"})
+    assert refused.value.field == "input"
+    assert queue.store.list().tasks == []
+    assert published.messages == []
+
+
+def test_submit_with_the_broker_down_keeps_the_task_and_the_sweep_publishes_it(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    published.broker_down = True
+    task = queue.submit("test.job", {"n": 1})
+    assert queue.store.get(task.id).status is TaskStatus.SUBMITTED
+    assert published.messages == []
+
+    queue.dispatch_grace = timedelta(0)
+    assert queue.sweep() == 0
+    published.broker_down = False
+    assert queue.sweep() == 1
+    assert [m["task_id"] for m in published.messages] == [task.id]
+    assert queue.sweep() == 0
+
+
+def test_result_waits_for_the_terminal_task_or_times_out(app: Celery, queue: TaskQueue) -> None:
+    task = queue.submit("test.job")
+    with pytest.raises(TimeoutError):
+        queue.result(task.id, timeout=0.05)
+    queue.cancel(task.id)
+    assert queue.result(task.id, timeout=1).status is TaskStatus.CANCELLED
+
+
+def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: TaskQueue) -> None:
+    queue.install_beat_schedule(
+        janitor_ttl=timedelta(hours=2),
+        janitor_interval=timedelta(seconds=30),
+        reaper_interval=timedelta(seconds=5),
+        dispatch_interval=timedelta(seconds=7),
+    )
+    schedule = app.conf.beat_schedule
+    assert set(schedule) == {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK}
+    assert schedule[JANITOR_TASK]["kwargs"] == {"ttl_seconds": 7200.0, "batch_size": 1000}
+    assert schedule[JANITOR_TASK]["options"] == {"expires": 30.0}
+    assert schedule[REAPER_TASK]["options"] == {"expires": 5.0}
+    assert schedule[DISPATCHER_TASK]["options"] == {"expires": 7.0}
+    assert {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK} <= set(app.tasks)
+
+
+def test_the_janitor_task_removes_only_expired_terminal_tasks(
+    app: Celery, queue: TaskQueue
+) -> None:
+    old = queue.store.create("test.job", ttl=timedelta(0))
+    queue.store.cancel(old.id)
+    kept = queue.store.create("test.job")
+    queue.store.cancel(kept.id)
+    live = queue.store.create("test.job")
+    removed = app.tasks[JANITOR_TASK](ttl_seconds=3600)
+    assert removed == 1
+    assert {t.id for t in queue.store.list().tasks} == {kept.id, live.id}
+
+
+def test_a_queue_is_found_by_its_app_and_a_missing_one_is_explained(queue: TaskQueue) -> None:
+    assert TaskQueue.of(queue.app) is queue
+    with pytest.raises(RuntimeError, match="no TaskQueue"):
+        TaskQueue.of(Celery("other", set_as_current=False))
