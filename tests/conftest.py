@@ -1,0 +1,144 @@
+"""Shared fixtures: every store under test, and the services they need.
+
+A test that needs a service (PostgreSQL, Redis, RabbitMQ) calls
+:func:`require_service`: when the service is down the test is skipped on a
+developer's machine and fails when ``CI`` is set, so CI can never go green by
+skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import URL, Engine, create_engine, make_url, text
+
+from queuestore import InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
+
+DEFAULT_PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+"""The server the PostgreSQL tests use; override with ``QUEUESTORE_TEST_PG_URL``."""
+
+TABLE = "queuestore_tasks"
+
+BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+"""The stores every contract test runs against."""
+
+StoreFactory = Callable[..., TaskStore]
+
+
+def require_service(name: str, check: Callable[[], object]) -> None:
+    """Run ``check``; if it raises, skip the test locally and fail it under CI."""
+    try:
+        check()
+    except Exception as exc:
+        message = f"{name} is not reachable: {type(exc).__name__}: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+def pg_admin_url() -> URL:
+    """The URL of an existing database on the test server, used to create others."""
+    url = make_url(os.environ.get("QUEUESTORE_TEST_PG_URL", DEFAULT_PG_ADMIN_URL))
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+@contextmanager
+def fresh_pg_database(prefix: str = "queuestore_test") -> Iterator[URL]:
+    """A new, empty PostgreSQL database, dropped (with its connections) on exit."""
+    admin_url = pg_admin_url()
+    admin = create_engine(
+        admin_url,
+        isolation_level="AUTOCOMMIT",
+        connect_args={"connect_timeout": 5},
+    )
+    try:
+        require_service("PostgreSQL", lambda: admin.connect().close())
+        name = f"{prefix}_{secrets.token_hex(6)}"
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield admin_url.set(database=name)
+        finally:
+            with admin.connect() as connection:
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A migrated database of its own for this test session, as a URL."""
+    with fresh_pg_database() as url:
+        rendered = url.render_as_string(hide_password=False)
+        store = SqlTaskStore(rendered)
+        try:
+            store.migrate()
+        finally:
+            store.close()
+        yield rendered
+
+
+@pytest.fixture(scope="session")
+def postgres_engine(postgres_url: str) -> Iterator[Engine]:
+    engine = make_engine(postgres_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """One migrated SQLite file for the session; tests empty the table, not the file."""
+    path: Path = tmp_path_factory.mktemp("sqlite") / "queuestore.db"
+    engine = make_engine(f"sqlite:///{path}")
+    SqlTaskStore(engine).migrate()
+    yield engine
+    engine.dispose()
+
+
+def _emptied(engine: Engine) -> Engine:
+    statement = "TRUNCATE " if engine.dialect.name == "postgresql" else "DELETE FROM "
+    with engine.begin() as connection:
+        connection.execute(text(statement + TABLE))
+    return engine
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of the store under test: memory, sqlite or postgres."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(backend: str, request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
+    """Builds stores of the backend under test with options, on an empty table.
+
+    SQL stores built in one test share the table, as processes sharing a
+    database would; in-memory stores each have their own tasks.
+    """
+    engine: Engine | None = None
+    if backend != "memory":
+        engine = _emptied(request.getfixturevalue(f"{backend}_engine"))
+    built: list[TaskStore] = []
+
+    def make(**options: Any) -> TaskStore:
+        store = InMemoryTaskStore(**options) if engine is None else SqlTaskStore(engine, **options)
+        built.append(store)
+        return store
+
+    yield make
+    for store in built:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> TaskStore:
+    """A store of the backend under test with default options, on an empty table."""
+    return make_store()
