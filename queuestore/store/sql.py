@@ -40,6 +40,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.sql import Executable, Update
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
@@ -59,7 +60,10 @@ from queuestore.store.schema import TaskRow, UTCDateTime
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "queuestore_tasks"
-"""PostgreSQL channel on which every status change is announced as ``<task id>:<status>``."""
+"""PostgreSQL channel announcing status changes as ``<task id>:<status>``.
+
+Only terminal, ``input_required`` and ``auth_required`` changes are announced.
+"""
 
 _T = cast(Table, TaskRow.__table__)
 _C = _T.c
@@ -88,12 +92,19 @@ _COLUMNS = [
     _C.lease_expires_at,
 ]
 _TERMINAL_VALUES = sorted(status.value for status in TERMINAL)
+_ANNOUNCED = TERMINAL | {TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED}
+"""Statuses announced on :data:`NOTIFY_CHANNEL`: the ones ``wait`` and cancels need."""
 
 
 def make_engine(url: str, **options: Any) -> Engine:
-    """An engine tuned for the store: WAL and a busy timeout on SQLite, pre-ping on PostgreSQL.
+    """An engine tuned for the store: WAL and a busy timeout on SQLite, psycopg 3 on PostgreSQL.
 
     ``postgresql://`` URLs use psycopg 3. The folder of an SQLite file is created.
+    Connections are in autocommit: every store operation is one statement,
+    atomic on its own, so BEGIN and COMMIT would only add round trips.
+    No pre-ping: it would cost a round trip per operation. A connection that
+    died with the server is invalidated on first use (raising
+    ``StoreUnavailable``) and the pool reconnects on the next call.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
@@ -102,10 +113,11 @@ def make_engine(url: str, **options: Any) -> Engine:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         options.setdefault("connect_args", {}).setdefault("timeout", 30)
+        options.setdefault("isolation_level", "AUTOCOMMIT")
         engine = create_engine(parsed, **options)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    options.setdefault("pool_pre_ping", True)
+    options.setdefault("isolation_level", "AUTOCOMMIT")
     return create_engine(parsed, **options)
 
 
@@ -135,6 +147,14 @@ class SqlTaskStore(TaskStore):
             raise ValueError(f"SqlTaskStore supports postgresql and sqlite, not {dialect}")
         self._postgres = dialect == "postgresql"
         self._owns_engine = isinstance(engine, str)
+        # Every operation is a single statement, atomic on its own: running it in
+        # autocommit saves the BEGIN and COMMIT round trips. An engine built by
+        # make_engine is in autocommit already; switching per checkout costs a
+        # round trip on PostgreSQL, so only other engines are switched.
+        if _autocommit(self.engine):
+            self._statements = self.engine
+        else:
+            self._statements = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -143,7 +163,10 @@ class SqlTaskStore(TaskStore):
         """Bring the schema up to ``revision`` with the migrations shipped in the package."""
         from queuestore.migrations import upgrade
 
-        with self._guard(), self.engine.begin() as connection:
+        transactional = self.engine.execution_options(
+            isolation_level=self.engine.dialect.default_isolation_level
+        )
+        with self._guard(), transactional.begin() as connection:
             upgrade(connection, revision)
 
     def after_fork(self) -> None:
@@ -170,7 +193,8 @@ class SqlTaskStore(TaskStore):
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        with self._guard(), self.engine.begin() as connection:
+        """A connection on which each statement commits by itself."""
+        with self._guard(), self._statements.connect() as connection:
             yield connection
 
     def _clock(self, now: datetime | None = None) -> ColumnElement[datetime]:
@@ -193,8 +217,13 @@ class SqlTaskStore(TaskStore):
         if self._postgres:
             expiry = clock + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
         else:
+            # SQLite date arithmetic rounds to the millisecond: shift the clock cut
+            # to its millisecond (exact), then put its last three digits back.
             shift = func.printf("%.3f seconds", seconds)
-            expiry = func.strftime("%Y-%m-%d %H:%M:%f", clock, shift)
+            to_millisecond = func.substr(clock, 1, 23)
+            expiry = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
+                func.substr(clock, 24, 3)
+            )
         return case((_C.ttl_ms.is_not(None), expiry), else_=None)
 
     # -- primitives ---------------------------------------------------------
@@ -265,12 +294,17 @@ class SqlTaskStore(TaskStore):
         if write.fence is not UNSET:
             fence = write.fence
             conditions.append(_C.worker_id.is_(None) if fence is None else _C.worker_id == fence)
-        statement = update(_T).where(*conditions).values(values).returning(*_COLUMNS)
+        statement: Executable = update(_T).where(*conditions).values(values).returning(*_COLUMNS)
+        if write.status in _ANNOUNCED and self._postgres:
+            # Announce the change in the same statement, hence the same commit.
+            # Only statuses someone waits for: a NOTIFY makes its commit dearer.
+            updated = cast(Update, statement).cte("updated")
+            change = updated.c.id.concat(":").concat(updated.c.status)
+            statement = select(
+                *updated.c, func.pg_notify(NOTIFY_CHANNEL, change).label("_notified")
+            )
         with self._transaction() as connection:
             row = connection.execute(statement).first()
-            if row is not None and write.status is not None and self._postgres:
-                payload = f"{task_id}:{write.status.value}"
-                connection.execute(select(func.pg_notify(NOTIFY_CHANNEL, payload)))
         return None if row is None else _to_task(row)
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
@@ -411,6 +445,13 @@ def _parse_change(payload: str) -> StatusChange:
     return task_id, TaskStatus(status)
 
 
+def _autocommit(engine: Engine) -> bool:
+    level = engine.get_execution_options().get("isolation_level")
+    if level is None:
+        level = getattr(engine.dialect, "_on_connect_isolation_level", None)
+    return level == "AUTOCOMMIT"
+
+
 def _scoped(scope: OwnerScope) -> ColumnElement[bool]:
     """The owner filter as a predicate inside the query, so it applies before any limit."""
     if scope.unscoped:
@@ -437,6 +478,7 @@ def _value_of(clock: ColumnElement[datetime]) -> datetime:
 
 def _to_task(row: Row[Any]) -> Task:
     fields = dict(row._mapping)
+    fields.pop("_notified", None)
     ttl_ms = fields.pop("ttl_ms")
     fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
     return Task.model_validate(fields)
