@@ -20,6 +20,8 @@ MAX_LABEL_LENGTH: Final = 256
 MAX_MESSAGE_LENGTH: Final = 10_000
 MAX_PAGE_SIZE: Final = 1000
 
+_MILLISECOND: Final = timedelta(milliseconds=1)
+
 M = TypeVar("M", bound=BaseModel)
 
 _NAME = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
@@ -53,6 +55,14 @@ def label(value: object, field: str) -> str | None:
     if len(value) > MAX_LABEL_LENGTH:
         raise InvalidTaskData(f"must be at most {MAX_LABEL_LENGTH} characters", field=field)
     return value
+
+
+def worker_id(value: object) -> str:
+    """The id of the worker that claims, holds or fences a lease."""
+    checked = label(value, "worker_id")
+    if checked is None:
+        raise InvalidTaskData("must be a non-empty string", field="worker_id")
+    return checked
 
 
 def message(value: object, field: str = "status_message") -> str | None:
@@ -115,12 +125,15 @@ def status(value: object, field: str = "status") -> TaskStatus:
 
 
 def ttl(value: object) -> timedelta | None:
-    """How long a terminal task is kept: a non-negative timedelta or None."""
+    """How long a terminal task is kept: a non-negative timedelta or None.
+
+    It is cut to whole milliseconds, the precision every store keeps.
+    """
     if value is None:
         return None
     if not isinstance(value, timedelta) or value < timedelta(0):
         raise InvalidTaskData("must be a non-negative timedelta or None", field="ttl")
-    return value
+    return value - value % _MILLISECOND
 
 
 def aware(value: object, field: str) -> datetime:

@@ -355,7 +355,7 @@ class TaskStore(ABC):
         if expected_version is not None:
             check.positive_int(expected_version, "expected_version")
         if worker_id is not UNSET:
-            check.label(worker_id, "worker_id")
+            check.worker_id(worker_id)
         target = None if status is None else check.status(status)
         write = self._transition(
             self._scope(owner),
@@ -388,6 +388,8 @@ class TaskStore(ABC):
         """
         task_id = check.task_id(task_id)
         new = check.artifact(artifact, self.max_payload_bytes)
+        if worker_id is not UNSET:
+            check.worker_id(worker_id)
 
         def merged(task: Task) -> dict[str, Any]:
             artifacts = list(task.artifacts)
@@ -499,7 +501,7 @@ class TaskStore(ABC):
             from_statuses=_PENDING_STATUSES,
             status=TaskStatus.WORKING,
             fence=None,
-            claim=(check.label(worker_id, "worker_id") or "", _lease(lease)),
+            claim=(check.worker_id(worker_id), _lease(lease)),
             mark_started=True,
         )
         return self._write(check.task_id(task_id), write)
@@ -514,7 +516,7 @@ class TaskStore(ABC):
             TaskNotFound: the task was deleted.
         """
         task_id = check.task_id(task_id)
-        task = self._extend_lease(task_id, worker_id, _lease(lease))
+        task = self._extend_lease(task_id, check.worker_id(worker_id), _lease(lease))
         return task if task is not None else self.get(task_id)
 
     def reap(
@@ -676,7 +678,7 @@ def _statuses(
 ) -> frozenset[TaskStatus] | None:
     if value is None:
         return None
-    if isinstance(value, str):
+    if isinstance(value, str) or not isinstance(value, Iterable):
         return frozenset({check.status(value)})
     return frozenset(check.status(item) for item in value)
 

@@ -163,9 +163,8 @@ class SqlTaskStore(TaskStore):
         """Bring the schema up to ``revision`` with the migrations shipped in the package."""
         from queuestore.migrations import upgrade
 
-        transactional = self.engine.execution_options(
-            isolation_level=self.engine.dialect.default_isolation_level
-        )
+        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
+        transactional = self.engine.execution_options(isolation_level=level)
         with self._guard(), transactional.begin() as connection:
             upgrade(connection, revision)
 
@@ -214,6 +213,7 @@ class SqlTaskStore(TaskStore):
     def _expiry(self, clock: ColumnElement[datetime]) -> ColumnElement[Any]:
         """``clock + ttl`` for the row being written (NULL when it has no ttl)."""
         seconds = _C.ttl_ms / 1000.0
+        expiry: ColumnElement[Any]
         if self._postgres:
             expiry = clock + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
         else:
