@@ -1,0 +1,115 @@
+"""Fixtures of the integration tests: services, fresh databases and deployments.
+
+The shared services (PostgreSQL, Redis, RabbitMQ) are checked with
+``require_service`` from ``tests/conftest.py``: down means skipped on a
+developer's machine and failed under ``CI``. Each deployment gets its own
+PostgreSQL database (or SQLite file) and its own queue name, so tests never see
+each other's tasks or messages on a shared broker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from harness import Deployment, PostgresCluster, RedisServer, build_deployment
+from kombu import Connection
+
+REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("QUEUESTORE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+DeploymentFactory = Callable[..., Deployment]
+
+
+@pytest.fixture(scope="session")
+def shared(pytestconfig: pytest.Config) -> ModuleType:
+    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    for plugin in pytestconfig.pluginmanager.get_plugins():
+        file = getattr(plugin, "__file__", None)
+        if file is not None and Path(file).resolve() == path:
+            return plugin  # type: ignore[no-any-return]
+    raise RuntimeError(f"{path} is not loaded as a conftest")
+
+
+def _broker_check(url: str) -> Callable[[], None]:
+    def check() -> None:
+        with Connection(url, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+
+    return check
+
+
+@pytest.fixture(scope="session")
+def redis_url(shared: ModuleType) -> str:
+    shared.require_service("Redis", _broker_check(REDIS_URL))
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def amqp_url(shared: ModuleType) -> str:
+    shared.require_service("RabbitMQ", _broker_check(AMQP_URL))
+    return AMQP_URL
+
+
+@pytest.fixture(scope="session")
+def pg_database(shared: ModuleType) -> Iterator[Callable[[], str]]:
+    """Makes fresh PostgreSQL databases, dropped at the end of the session."""
+    with ExitStack() as stack:
+
+        def make() -> str:
+            url = stack.enter_context(shared.fresh_pg_database("queuestore_it"))
+            return str(url.render_as_string(hide_password=False))
+
+        yield make
+
+
+@pytest.fixture
+def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DeploymentFactory]:
+    """Builds deployments for one test; stops their processes and queues afterwards."""
+    built: list[Deployment] = []
+
+    def make(broker: str, database: str, **overrides: str) -> Deployment:
+        root = tmp_path / f"deployment-{len(built)}"
+        made = build_deployment(request, root, broker, database, **overrides)
+        built.append(made)
+        return made
+
+    yield make
+    for made in built:
+        made.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, which it may stop and start."""
+    server = RedisServer(tmp_path / "redis")
+    server.workdir.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of this module's own, which its tests may restart.
+
+    Its folder is outside pytest's private temporary folder when we run as root,
+    since the cluster then runs as the ``postgres`` user, who must reach it.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="queuestore-it-pg-"))
+    os.chmod(workdir, 0o755)
+    cluster = PostgresCluster(workdir / "cluster")
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,530 @@
+"""Real processes for the integration tests: workers, beat, and servers the tests own.
+
+Every process is started in a session of its own, so that stopping or killing
+it (SIGTERM, then SIGKILL after a timeout) reaches its children -- the prefork
+pool and the embedded beat -- and nothing else. Waits are bounded polls that
+fail with the tail of every log involved.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from queuestore import Settings, SqlTaskStore, Task, TaskQueue, TaskStatus
+
+HERE = Path(__file__).resolve().parent
+APP_MODULE = "integration_app"
+"""The ``-A`` module of the workers: the ``workers`` app plus the test jobs."""
+
+FAST = {
+    "QUEUESTORE_LEASE": "3",
+    "QUEUESTORE_HEARTBEAT_INTERVAL": "0.25",
+    "QUEUESTORE_MAX_ATTEMPTS": "3",
+    "QUEUESTORE_REAPER_INTERVAL": "1",
+    "QUEUESTORE_DISPATCH_INTERVAL": "1",
+    "QUEUESTORE_DISPATCH_GRACE": "1",
+    "QUEUESTORE_JANITOR_TTL": "3600",
+    "QUEUESTORE_JANITOR_INTERVAL": "1",
+    "QUEUESTORE_AUTO_MIGRATE": "false",
+}
+"""Short leases and intervals, so that reaping, sweeping and cleaning take seconds."""
+
+STARTUP_TIMEOUT = 60.0
+TASK_TIMEOUT = 45.0
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(
+    condition: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    logs: Iterable[LoggedProcess] = (),
+    interval: float = 0.05,
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}{tails(logs)}")
+        time.sleep(interval)
+
+
+def tails(processes: Iterable[LoggedProcess], lines: int = 40) -> str:
+    return "".join(process.tail(lines) for process in processes)
+
+
+@dataclass
+class LoggedProcess:
+    """A process we started in its own session, its output going to a log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @classmethod
+    def start(
+        cls, name: str, command: list[str], *, env: dict[str, str], cwd: Path, log: Path
+    ) -> LoggedProcess:
+        with log.open("ab") as output:
+            process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return cls(name, process, log)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 40) -> str:
+        last = "\n".join(self.text().splitlines()[-lines:])
+        return f"\n--- last {lines} lines of {self.name} (pid {self.pid}) ---\n{last}\n"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` is this process or one of its children (same process group)."""
+        try:
+            return os.getpgid(pid) == self.pid
+        except ProcessLookupError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once: a worker dying without warning."""
+        self._signal_group(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the group, then SIGKILL it if it has not exited within ``timeout``."""
+        if self.alive():
+            self._signal_group(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=timeout)
+        # Children (pool processes, embedded beat) may outlive their parent.
+        self._signal_group(signal.SIGKILL)
+        if self.alive():
+            self.process.wait(timeout=10)
+
+    def _signal_group(self, signum: int) -> None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+
+@dataclass
+class Deployment:
+    """One queuestore deployment under test: a database, a broker, a queue, a home.
+
+    Workers get it through ``QUEUESTORE_*`` variables; the test process builds
+    its own :class:`TaskQueue` from the same settings, as a web app would.
+    """
+
+    root: Path
+    database_url: str
+    broker_url: str
+    overrides: dict[str, str] = field(default_factory=dict)
+    queue_name: str = field(default_factory=lambda: f"qs-it-{uuid.uuid4().hex[:12]}")
+    processes: list[LoggedProcess] = field(default_factory=list)
+    _queue: TaskQueue | None = None
+
+    def __post_init__(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.records.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def records(self) -> Path:
+        return self.root / "records"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        inherited = {
+            key: value for key, value in os.environ.items() if not key.startswith("QUEUESTORE_")
+        }
+        python_path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+        return (
+            inherited
+            | FAST
+            | self.overrides
+            | extra
+            | {
+                "QUEUESTORE_HOME": str(self.home),
+                "QUEUESTORE_DATABASE_URL": self.database_url,
+                "QUEUESTORE_BROKER_URL": self.broker_url,
+                "QUEUESTORE_TEST_QUEUE": self.queue_name,
+                "QUEUESTORE_TEST_RECORDS": str(self.records),
+                "PYTHONPATH": python_path,
+            }
+        )
+
+    def settings(self) -> Settings:
+        """The settings the workers read, given explicitly: this process's env is not theirs."""
+        values = {
+            key.removeprefix("QUEUESTORE_").lower(): value
+            for key, value in self.env().items()
+            if key.startswith("QUEUESTORE_") and not key.startswith("QUEUESTORE_TEST_")
+        }
+        return Settings(**values)
+
+    @property
+    def queue(self) -> TaskQueue:
+        """The caller's side: a TaskQueue on the same store and broker as the workers."""
+        if self._queue is None:
+            settings = self.settings()
+            app = Celery(f"caller-{self.queue_name}", set_as_current=False)
+            app.conf.update(settings.celery_config())
+            app.conf.task_default_queue = self.queue_name
+            self._queue = TaskQueue(
+                settings.make_store(),
+                app,
+                lease=settings.lease,
+                heartbeat_interval=settings.heartbeat_interval,
+                max_attempts=settings.max_attempts,
+                terminate_on_cancel=settings.terminate_on_cancel,
+                dispatch_grace=settings.dispatch_grace,
+            )
+        return self._queue
+
+    def migrate(self) -> None:
+        store = SqlTaskStore(self.database_url)
+        try:
+            store.migrate()
+        finally:
+            store.close()
+
+    # -- processes ------------------------------------------------------------
+
+    def start_worker(
+        self,
+        *,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        beat: bool = False,
+        wait: bool = True,
+        **extra_env: str,
+    ) -> LoggedProcess:
+        """A ``celery worker`` on this deployment's queue (``-B`` for embedded beat)."""
+        node = f"it-{uuid.uuid4().hex[:8]}"
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            APP_MODULE,
+            "worker",
+            f"--pool={pool}",
+            f"--concurrency={concurrency}",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            f"--hostname={node}@%h",
+            "--loglevel=INFO",
+        ]
+        if beat:
+            command += ["--beat", f"--schedule={self.home / f'beat-{node}'}"]
+        worker = LoggedProcess.start(
+            f"worker {node}",
+            command,
+            env=self.env(**extra_env),
+            cwd=self.root,
+            log=self.root / f"{node}.log",
+        )
+        self.processes.append(worker)
+        if wait:
+            self.wait_ready(worker, f"{node}@")
+        return worker
+
+    def start_beat(self) -> LoggedProcess:
+        """A separate ``celery beat`` process, which outlives any one worker."""
+        node = f"beat-{uuid.uuid4().hex[:8]}"
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            APP_MODULE,
+            "beat",
+            f"--schedule={self.home / node}",
+            "--loglevel=INFO",
+        ]
+        beat = LoggedProcess.start(
+            node, command, env=self.env(), cwd=self.root, log=self.root / f"{node}.log"
+        )
+        self.processes.append(beat)
+        return beat
+
+    def wait_ready(self, worker: LoggedProcess, node: str) -> None:
+        def ready() -> bool:
+            if not worker.alive():
+                pytest.fail(f"{worker.name} exited with {worker.process.returncode}{worker.tail()}")
+            return any(
+                node in line and line.rstrip().endswith("ready.")
+                for line in worker.text().splitlines()
+            )
+
+        wait_for(ready, timeout=STARTUP_TIMEOUT, what=f"{worker.name} to be ready", logs=[worker])
+
+    def close(self) -> None:
+        """Stop every process we started, drop our queue from a shared broker, close pools."""
+        for process in self.processes:
+            process.stop()
+        self.processes.clear()
+        if self._queue is None:
+            return
+        app = self._queue.app
+        if not self.broker_url.startswith("filesystem://"):
+            # Best effort: the broker may be one a test stopped on purpose.
+            with suppress(Exception), app.connection_for_write() as connection:
+                connection.default_channel.queue_delete(self.queue_name)
+        app.close()
+        self._queue.store.close()
+        self._queue = None
+
+    # -- observing --------------------------------------------------------------
+
+    def records_of(self, task_id: str) -> list[str]:
+        """The events the test jobs recorded for a task: ``<attempt> <event> <pid>`` lines."""
+        path = self.records / task_id
+        return path.read_text().splitlines() if path.exists() else []
+
+    def events_of(self, task_id: str) -> list[str]:
+        """The records without pids: ``<attempt> <event>``."""
+        return [line.rsplit(" ", 1)[0] for line in self.records_of(task_id)]
+
+    def logs(self) -> str:
+        return tails(self.processes)
+
+    def wait_status(
+        self, task_id: str, *statuses: TaskStatus, timeout: float = TASK_TIMEOUT
+    ) -> Task:
+        """Wait until the task is in one of ``statuses``; fail with the task and logs if not."""
+        wanted = set(statuses)
+        seen: list[Task] = []
+
+        def reached() -> Task | None:
+            task = self.queue.store.get(task_id)
+            seen[:] = [task]
+            return task if task.status in wanted else None
+
+        deadline = time.monotonic() + timeout
+        while (task := reached()) is None:
+            if time.monotonic() >= deadline:
+                last = seen[0].model_dump_json(indent=1) if seen else "(never read)"
+                pytest.fail(
+                    f"task {task_id} did not reach {sorted(wanted)} within {timeout}s; "
+                    f"it is {last}\nrecords: {self.records_of(task_id)}{self.logs()}"
+                )
+            time.sleep(0.05)
+        return task
+
+    def wait_log(self, process: LoggedProcess, *needles: str, timeout: float = TASK_TIMEOUT) -> str:
+        """Wait for a log line that contains every one of ``needles``; return it."""
+
+        def line() -> str | None:
+            for candidate in process.text().splitlines():
+                if all(needle in candidate for needle in needles):
+                    return candidate
+            return None
+
+        return str(
+            wait_for(line, timeout=timeout, what=f"a log line with {needles}", logs=[process])
+        )
+
+
+def _broker_for(kind: str, request: pytest.FixtureRequest, root: Path) -> str:
+    if kind == "redis":
+        return str(request.getfixturevalue("redis_url"))
+    if kind == "rabbitmq":
+        return str(request.getfixturevalue("amqp_url"))
+    if kind == "filesystem":
+        return "filesystem://"
+    raise ValueError(kind)
+
+
+def _database_for(kind: str, request: pytest.FixtureRequest, root: Path) -> str:
+    if kind == "postgres":
+        return str(request.getfixturevalue("pg_database")())
+    if kind == "sqlite":
+        return f"sqlite:///{root / 'queuestore.db'}"
+    raise ValueError(kind)
+
+
+def build_deployment(
+    request: pytest.FixtureRequest,
+    root: Path,
+    broker: str,
+    database: str,
+    **overrides: str,
+) -> Deployment:
+    """A migrated deployment on ``broker`` (redis, rabbitmq, filesystem) and ``database``.
+
+    Shared services come from the ``redis_url``, ``amqp_url`` and ``pg_database``
+    fixtures, which skip or fail (under CI) when the service is down.
+    """
+    deployment = Deployment(
+        root=root,
+        database_url=_database_for(database, request, root),
+        broker_url=_broker_for(broker, request, root),
+        overrides=overrides,
+    )
+    deployment.migrate()
+    return deployment
+
+
+class RedisServer:
+    """A throwaway ``redis-server`` of our own, which a test may stop and restart."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.binary = binary
+        self.workdir = workdir
+        self.port = free_port()
+        self.process: LoggedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        command = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
+        self.process = LoggedProcess.start(
+            f"redis-server :{self.port}",
+            command,
+            env=dict(os.environ),
+            cwd=self.workdir,
+            log=self.workdir / "redis.log",
+        )
+        wait_for(
+            lambda: port_open(self.port),
+            timeout=STARTUP_TIMEOUT,
+            what="redis-server to listen",
+            logs=[self.process],
+        )
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+
+class PostgresCluster:
+    """A PostgreSQL cluster of our own (``initdb`` + ``pg_ctl``), which a test may restart.
+
+    As root, PostgreSQL refuses to run, so the cluster then belongs to the
+    ``postgres`` OS user (via ``runuser``) in a folder that user can write.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.bindir = _postgres_bindir()
+        self.port = free_port()
+        self.as_root = os.geteuid() == 0
+        self.prefix: list[str] = []
+        if self.as_root:
+            runuser = shutil.which("runuser")
+            if runuser is None:
+                pytest.skip("running as root without runuser: cannot start PostgreSQL")
+            self.prefix = [runuser, "-u", "postgres", "--"]
+        self.workdir = workdir
+        self.data = workdir / "data"
+        self.logfile = workdir / "postgres.log"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def init(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.as_root:
+            shutil.chown(self.workdir, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-o", options, "-w", "start"
+        )
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> None:
+        command = [*self.prefix, str(self.bindir / tool), *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if check and result.returncode != 0:
+            log = self.logfile.read_text() if self.logfile.exists() else ""
+            pytest.fail(f"{tool} failed: {result.stdout}{result.stderr}\n{log}")
+
+
+def _postgres_bindir() -> Path:
+    found = shutil.which("pg_ctl")
+    if found is not None:
+        return Path(found).resolve().parent
+    # Debian and Ubuntu keep the server tools out of PATH.
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if not candidates:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    return candidates[-1].parent
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

@@ -1,0 +1,63 @@
+"""The app the integration tests' workers load: the ready ``workers`` app plus test jobs.
+
+    celery -A integration_app worker      # with this folder on PYTHONPATH
+
+Everything comes from the environment, as for ``celery -A workers``; on top of
+that ``QUEUESTORE_TEST_QUEUE`` names the queue (so that tests sharing a broker
+never see each other's messages) and ``QUEUESTORE_TEST_RECORDS`` is a folder
+where the test jobs leave one line per event, the proof of how often a body ran.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from queuestore import TaskContext, job
+from workers import app, queue
+
+app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
+RECORDS = Path(os.environ["QUEUESTORE_TEST_RECORDS"])
+
+
+def record(ctx: TaskContext, event: str) -> None:
+    """Append ``<attempt> <event>`` to the task's record file (one small atomic write)."""
+    line = f"{ctx.attempt} {event} {os.getpid()}\n".encode()
+    descriptor = os.open(RECORDS / ctx.task_id, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(descriptor, line)
+    finally:
+        os.close(descriptor)
+
+
+@job(app, name="tests.count_runs")
+def count_runs(ctx: TaskContext) -> dict[str, int]:
+    """Record that the body ran; nothing else."""
+    record(ctx, "run")
+    return {"attempt": ctx.attempt}
+
+
+@job(app, name="tests.sleep")
+def sleep(ctx: TaskContext, seconds: float, first_attempt_seconds: float | None = None) -> dict:
+    """Sleep cooperatively (no store writes), recording start and how the body ended.
+
+    ``first_attempt_seconds`` makes the first run longer than the retries, so a
+    test can kill the first worker mid-task and see a retry finish.
+    """
+    if first_attempt_seconds is not None and ctx.attempt == 1:
+        seconds = first_attempt_seconds
+    record(ctx, "start")
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            ctx.raise_if_cancelled()
+            time.sleep(0.05)
+    except BaseException as exc:
+        record(ctx, f"stopped:{type(exc).__name__}")
+        raise
+    record(ctx, "end")
+    return {"attempt": ctx.attempt, "slept": seconds}
+
+
+__all__ = ["app", "queue"]
