@@ -1,0 +1,138 @@
+"""Racing writers: every status write is compare-and-set, so exactly one of them wins."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from queuestore import (
+    Artifact,
+    InvalidTransition,
+    Task,
+    TaskConflict,
+    TaskStatus,
+    TaskStore,
+)
+
+from .support import race, reach
+
+ROUNDS = 5
+THREADS = 8
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_cancel_racing_complete_has_exactly_one_winner(store: TaskStore, round_: int) -> None:
+    task = reach(store, TaskStatus.WORKING)
+    writes = [
+        lambda: store.cancel(task.id, reason="user"),
+        lambda: store.update(task.id, status="completed", result={"done": True}),
+    ]
+
+    futures = race(2, lambda index: writes[index]())
+
+    winners = [f.result() for f in futures if f.exception() is None]
+    losers = [f.exception() for f in futures if f.exception() is not None]
+    assert len(winners) == 1
+    assert len(losers) == 1
+    assert isinstance(losers[0], InvalidTransition)
+    final = store.get(task.id)
+    assert final == winners[0]
+    if final.status == TaskStatus.CANCELLED:
+        assert (final.result, final.status_message) == (None, "user")
+    else:
+        assert final.status == TaskStatus.COMPLETED
+        assert final.result == {"done": True}
+    assert final.version == task.version + 1
+
+
+def test_workers_racing_to_claim_a_task_have_exactly_one_winner(store: TaskStore) -> None:
+    task = store.create("x.y")
+
+    futures = race(THREADS, lambda index: store.claim(task.id, f"w{index}", timedelta(minutes=1)))
+
+    claimed = [f.result() for f in futures if f.result() is not None]
+    assert len(claimed) == 1
+    winner = claimed[0]
+    assert isinstance(winner, Task)
+    assert store.get(task.id) == winner
+    assert (winner.attempt, winner.version) == (1, 2)
+    assert winner.worker_id in {f"w{index}" for index in range(THREADS)}
+
+
+def test_writers_racing_on_the_same_version_have_exactly_one_winner(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+
+    futures = race(
+        THREADS,
+        lambda index: store.update(
+            task.id, progress=index / THREADS, expected_version=task.version
+        ),
+    )
+
+    errors = [f.exception() for f in futures]
+    winners = [f.result() for f, error in zip(futures, errors, strict=True) if error is None]
+    assert len(winners) == 1
+    assert all(isinstance(error, TaskConflict) for error in errors if error is not None)
+    assert store.get(task.id) == winners[0]
+    assert winners[0].version == task.version + 1
+
+
+def test_two_writers_on_the_same_version_one_conflicts(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+
+    futures = race(
+        2,
+        lambda index: store.update(task.id, metadata={"by": index}, expected_version=task.version),
+    )
+
+    conflicts = [f.exception() for f in futures if f.exception() is not None]
+    assert len(conflicts) == 1
+    assert isinstance(conflicts[0], TaskConflict)
+    assert conflicts[0].actual_version == task.version + 1
+
+
+def test_concurrent_artifacts_are_all_kept(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+
+    futures = race(
+        THREADS, lambda index: store.add_artifact(task.id, Artifact(artifact_id=f"a{index}"))
+    )
+
+    assert all(f.exception() is None for f in futures)
+    final = store.get(task.id)
+    assert sorted(a.artifact_id for a in final.artifacts) == sorted(
+        f"a{index}" for index in range(THREADS)
+    )
+    assert final.version == task.version + THREADS
+
+
+def test_concurrent_appends_to_one_artifact_keep_every_part(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+
+    race(
+        THREADS,
+        lambda index: store.add_artifact(
+            task.id, Artifact(artifact_id="log", parts=[index]), append=True
+        ),
+    )
+
+    (log,) = store.get(task.id).artifacts
+    assert sorted(log.parts) == list(range(THREADS))  # type: ignore[type-var]
+
+
+def test_progress_writes_racing_cancel_never_undo_it(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+
+    def write(index: int) -> Task:
+        if index == 0:
+            return store.cancel(task.id)
+        return store.update(task.id, progress=0.5, status_message=f"step {index}")
+
+    futures = race(THREADS, write)
+
+    assert futures[0].exception() is None
+    for future in futures[1:]:
+        error = future.exception()
+        assert error is None or isinstance(error, InvalidTransition)
+    assert store.get(task.id).status == TaskStatus.CANCELLED
