@@ -9,11 +9,11 @@ embedded SQLite file has one process's clock at a time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import (
@@ -22,15 +22,12 @@ from sqlalchemy import (
     Engine,
     Interval,
     Row,
-    Table,
     and_,
-    case,
     create_engine,
     delete,
     event,
     false,
     func,
-    insert,
     literal,
     make_url,
     or_,
@@ -40,14 +37,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.sql import Executable, Update
+from sqlalchemy.sql import ClauseElement
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
+from queuestore.store import statements
 from queuestore.store.base import (
-    UNSET,
     Listener,
     ListQuery,
     NewTask,
@@ -55,45 +52,21 @@ from queuestore.store.base import (
     TaskStore,
     Write,
 )
-from queuestore.store.schema import TaskRow, UTCDateTime
+from queuestore.store.schema import UTCDateTime
+from queuestore.store.statements import Clock, Prepared, WriteShape
 
 log = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = "queuestore_tasks"
-"""PostgreSQL channel announcing status changes as ``<task id>:<status>``.
-
-Only terminal, ``input_required`` and ``auth_required`` changes are announced.
-"""
-
-_T = cast(Table, TaskRow.__table__)
-_C = _T.c
-_COLUMNS = [
-    _C.id,
-    _C.name,
-    _C.input,
-    _C.owner,
-    _C.context_id,
-    _C.status,
-    _C.status_message,
-    _C.progress,
-    _C.result,
-    _C.error,
-    _C.artifacts,
-    _C["metadata"],
-    _C.answers,
-    _C.created_at,
-    _C.updated_at,
-    _C.started_at,
-    _C.finished_at,
-    _C.ttl_ms,
-    _C.attempt,
-    _C.version,
-    _C.worker_id,
-    _C.lease_expires_at,
-]
+_T = statements.TABLE
+_C = statements.C
+_COLUMNS = statements.COLUMNS
+NOTIFY_CHANNEL = statements.NOTIFY_CHANNEL
 _TERMINAL_VALUES = sorted(status.value for status in TERMINAL)
 _ANNOUNCED = TERMINAL | {TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED}
-"""Statuses announced on :data:`NOTIFY_CHANNEL`: the ones ``wait`` and cancels need."""
+"""Statuses announced on :data:`NOTIFY_CHANNEL`: the ones ``wait`` and cancels need.
+
+A NOTIFY makes its commit dearer, so the frequent changes (a claim) stay quiet.
+"""
 
 
 def make_engine(url: str, **options: Any) -> Engine:
@@ -155,6 +128,8 @@ class SqlTaskStore(TaskStore):
             self._statements = self.engine
         else:
             self._statements = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._clock_sql = Clock(database_clock=self._postgres)
+        self._prepared: dict[object, Prepared] = {}
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -202,110 +177,77 @@ class SqlTaskStore(TaskStore):
             return func.now().cast(UTCDateTime)
         return literal(now or datetime.now(UTC), UTCDateTime)
 
-    def _later(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
-        if self._postgres:
-            return (clock + literal(delta, Interval())).cast(UTCDateTime)
-        return literal(_value_of(clock) + delta, UTCDateTime)
-
     def _earlier(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
-        return self._later(clock, -delta)
-
-    def _expiry(self, clock: ColumnElement[datetime]) -> ColumnElement[Any]:
-        """``clock + ttl`` for the row being written (NULL when it has no ttl)."""
-        seconds = _C.ttl_ms / 1000.0
-        expiry: ColumnElement[Any]
         if self._postgres:
-            expiry = clock + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-        else:
-            # SQLite date arithmetic rounds to the millisecond: shift the clock cut
-            # to its millisecond (exact), then put its last three digits back.
-            shift = func.printf("%.3f seconds", seconds)
-            to_millisecond = func.substr(clock, 1, 23)
-            expiry = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
-                func.substr(clock, 24, 3)
-            )
-        return case((_C.ttl_ms.is_not(None), expiry), else_=None)
+            return (clock - literal(delta, Interval())).cast(UTCDateTime)
+        return literal(_value_of(clock) - delta, UTCDateTime)
+
+    def _prepare(self, key: object, build: Callable[[], ClauseElement]) -> Prepared:
+        """The statement for ``key``, compiled on first use for this store's dialect."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = Prepared(build(), self.engine.dialect)
+        return prepared
+
+    def _run(
+        self,
+        key: object,
+        build: Callable[[], ClauseElement],
+        params: dict[str, Any],
+        **intervals: timedelta,
+    ) -> Task | None:
+        """Run a prepared single-row statement and return the task it returns.
+
+        Raises:
+            StoreUnavailable: the database is unreachable (the connection is
+                dropped from the pool, so the next call reconnects).
+        """
+        prepared = self._prepare(key, build)
+        params |= self._clock_sql.params(datetime.now(UTC), **intervals)
+        dbapi = self.engine.dialect.loaded_dbapi
+        with self._transaction() as connection:
+            try:
+                row = prepared.first(connection, params)
+            except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
+                connection.invalidate(exc)
+                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        return None if row is None else _task_from(row)
 
     # -- primitives ---------------------------------------------------------
 
     def _insert(self, new: NewTask) -> Task:
-        clock = self._clock()
-        statement = (
-            insert(_T)
-            .values(
-                id=new.id,
-                name=new.name,
-                input=new.input,
-                owner=new.owner,
-                context_id=new.context_id,
-                status=TaskStatus.SUBMITTED.value,
-                artifacts=[],
-                answers=[],
-                created_at=clock,
-                updated_at=clock,
-                ttl_ms=None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
-                attempt=0,
-                version=1,
-                **{"metadata": new.metadata},
-            )
-            .returning(*_COLUMNS)
-        )
+        params = {
+            "id": new.id,
+            "name": new.name,
+            "input": new.input,
+            "owner": new.owner,
+            "context_id": new.context_id,
+            "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
+            "metadata": new.metadata,
+        }
+        dbapi = self.engine.dialect.loaded_dbapi
         try:
-            with self._transaction() as connection:
-                row = connection.execute(statement).one()
-        except sa_exc.IntegrityError as exc:
+            task = self._run("insert", lambda: statements.insert_task(self._clock_sql), params)
+        except dbapi.IntegrityError as exc:
             raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id) from exc
-        return _to_task(row)
+        assert task is not None
+        return task
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
-        statement = select(*_COLUMNS).where(_C.id == task_id, _scoped(scope))
-        with self._transaction() as connection:
-            row = connection.execute(statement).first()
-        return None if row is None else _to_task(row)
+        kind = statements.scope_kind(scope)
+        params: dict[str, Any] = {"task_id": task_id}
+        if kind == "owner":
+            params["owner"] = scope.owner
+        return self._run(("fetch", kind), lambda: statements.fetch_task(kind), params)
 
     def _write(self, task_id: str, write: Write) -> Task | None:
-        clock = self._clock()
-        values: dict[str, Any] = {
-            name: _column_value(value) for name, value in write.values.items()
-        }
-        values |= {"updated_at": clock, "version": _C.version + 1}
-        if write.status is not None:
-            values["status"] = write.status.value
-        if write.claim is not None:
-            worker_id, lease = write.claim
-            values |= {
-                "worker_id": worker_id,
-                "lease_expires_at": self._later(clock, lease),
-                "attempt": _C.attempt + 1,
-            }
-        if write.release:
-            values |= {"worker_id": None, "lease_expires_at": None, "dispatched_at": None}
-        if write.mark_started:
-            values["started_at"] = func.coalesce(_C.started_at, clock)
-        if write.mark_finished:
-            values |= {"finished_at": clock, "expires_at": self._expiry(clock)}
-        conditions = [
-            _C.id == task_id,
-            _C.status.in_([status.value for status in write.from_statuses]),
-            _scoped(write.scope),
-        ]
-        if write.expected_version is not None:
-            conditions.append(_C.version == write.expected_version)
-        if write.fence is not UNSET:
-            fence = write.fence
-            conditions.append(_C.worker_id.is_(None) if fence is None else _C.worker_id == fence)
-        statement: Executable = update(_T).where(*conditions).values(values).returning(*_COLUMNS)
-        if write.status in _ANNOUNCED and self._postgres:
-            # Announce the change in the same statement, hence the same commit.
-            # Only statuses someone waits for: a NOTIFY makes its commit dearer.
-            updated = cast(Update, statement).cte("updated")
-            change = updated.c.id.concat(":").concat(updated.c.status)
-            statement = select(
-                *updated.c, func.pg_notify(NOTIFY_CHANNEL, change).label("_notified")
-            )
-        with self._transaction() as connection:
-            row = connection.execute(statement).first()
-        return None if row is None else _to_task(row)
+        shape = WriteShape.of(write, announce=self._postgres and write.status in _ANNOUNCED)
+        params = shape.params(task_id, write)
+        for name in shape.columns:
+            params[f"v_{name}"] = _column_value(params[f"v_{name}"])
+        intervals = {} if write.claim is None else {"lease": write.claim[1]}
+        build = lambda: statements.write_task(shape, self._clock_sql)  # noqa: E731
+        return self._run(shape, build, params, **intervals)
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         conditions = [_scoped(query.scope)]
@@ -353,19 +295,9 @@ class SqlTaskStore(TaskStore):
             return connection.execute(delete(_T).where(_C.id.in_(batch))).rowcount
 
     def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
-        statement = (
-            update(_T)
-            .where(
-                _C.id == task_id,
-                _C.status == TaskStatus.WORKING.value,
-                _C.worker_id == worker_id,
-            )
-            .values(lease_expires_at=self._later(self._clock(), lease))
-            .returning(*_COLUMNS)
-        )
-        with self._transaction() as connection:
-            row = connection.execute(statement).first()
-        return None if row is None else _to_task(row)
+        params = {"task_id": task_id, "worker": worker_id}
+        build = lambda: statements.extend_lease(self._clock_sql)  # noqa: E731
+        return self._run("extend_lease", build, params, lease=lease)
 
     def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
         statement = (
@@ -477,7 +409,10 @@ def _value_of(clock: ColumnElement[datetime]) -> datetime:
 
 
 def _to_task(row: Row[Any]) -> Task:
-    fields = dict(row._mapping)
+    return _task_from(dict(row._mapping))
+
+
+def _task_from(fields: dict[str, Any]) -> Task:
     fields.pop("_notified", None)
     ttl_ms = fields.pop("ttl_ms")
     fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)

@@ -1,0 +1,313 @@
+"""The SQL of the hot store operations, built once per dialect and named.
+
+SQLAlchemy builds and compiles each statement and lends its type processors;
+:class:`Prepared` then runs the compiled text straight on the driver's cursor.
+That skips SQLAlchemy's result machinery, whose per-call read of
+``cursor.description`` costs psycopg more than the query itself on a 22-column
+row, while keeping one definition of the SQL for SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Connection,
+    Dialect,
+    Interval,
+    Table,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from queuestore.models import TaskStatus
+from queuestore.owner import OwnerScope
+from queuestore.store.base import UNSET, Write
+from queuestore.store.schema import TaskRow, UTCDateTime
+
+TABLE = cast(Table, TaskRow.__table__)
+C = TABLE.c
+COLUMNS: Sequence[ColumnElement[Any]] = [
+    C.id,
+    C.name,
+    C.input,
+    C.owner,
+    C.context_id,
+    C.status,
+    C.status_message,
+    C.progress,
+    C.result,
+    C.error,
+    C.artifacts,
+    C["metadata"],
+    C.answers,
+    C.created_at,
+    C.updated_at,
+    C.started_at,
+    C.finished_at,
+    C.ttl_ms,
+    C.attempt,
+    C.version,
+    C.worker_id,
+    C.lease_expires_at,
+]
+"""What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
+
+NOTIFY_CHANNEL = "queuestore_tasks"
+"""PostgreSQL channel announcing status changes as ``<task id>:<status>``."""
+
+
+class Prepared:
+    """One statement compiled for one dialect, run on the driver's own cursor."""
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
+        self.sql = compiled.string
+        self._defaults: dict[str, Any] = {
+            name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+        }
+        self._order = compiled.positiontup
+        self._bind = {
+            name: bind.type.dialect_impl(dialect).bind_processor(dialect)
+            for name, bind in compiled.binds.items()
+        }
+        self._result = [(str(column.key), _result_processor(column, dialect)) for column in COLUMNS]
+
+    def first(self, connection: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Run with ``params`` and return the first row as ``{column: value}``, or None."""
+        values = {**self._defaults, **params}
+        for name, process in self._bind.items():
+            if process is not None:
+                values[name] = process(values[name])
+        arguments: Any = values if self._order is None else [values[n] for n in self._order]
+        dbapi_connection = connection.connection.dbapi_connection
+        assert dbapi_connection is not None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(self.sql, arguments)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        if row is None:
+            return None
+        return {
+            key: value if process is None else process(value)
+            for (key, process), value in zip(self._result, row, strict=False)
+        }
+
+
+def _result_processor(column: ColumnElement[Any], dialect: Dialect) -> Any:
+    """SQLAlchemy's conversion of a JSON or timestamp value; the driver's own elsewhere."""
+    impl = column.type.dialect_impl(dialect)
+    if isinstance(impl, JSON | UTCDateTime):
+        return impl.result_processor(dialect, None)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Timestamps from the database's clock (PostgreSQL) or the process's (SQLite)."""
+
+    database_clock: bool
+
+    def now(self) -> ColumnElement[datetime]:
+        """The current time, in a statement."""
+        if self.database_clock:
+            return func.now()
+        return bindparam("now", type_=UTCDateTime)
+
+    def later(self, name: str) -> ColumnElement[datetime]:
+        """The current time plus the interval given as the parameter ``name``."""
+        if self.database_clock:
+            return func.now() + bindparam(name, type_=Interval())
+        return bindparam(f"{name}_at", type_=UTCDateTime)
+
+    def params(self, now: datetime, **intervals: timedelta) -> dict[str, Any]:
+        """The parameters :meth:`now` and :meth:`later` need."""
+        if self.database_clock:
+            return dict(intervals)
+        return {"now": now} | {f"{name}_at": now + delta for name, delta in intervals.items()}
+
+    def expiry(self) -> ColumnElement[Any]:
+        """``now + ttl`` for the row being written, NULL when it has no ttl."""
+        seconds = C.ttl_ms / 1000.0
+        now = self.now()
+        expiry: ColumnElement[Any]
+        if self.database_clock:
+            expiry = now + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        else:
+            # SQLite date arithmetic rounds to the millisecond: shift the clock cut
+            # to its millisecond (exact), then put its last three digits back.
+            shift = func.printf("%.3f seconds", seconds)
+            to_millisecond = func.substr(now, 1, 23)
+            expiry = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
+                func.substr(now, 24, 3)
+            )
+        return case((C.ttl_ms.is_not(None), expiry), else_=None)
+
+
+def scope_kind(scope: OwnerScope) -> str:
+    """How an owner scope filters: ``any``, ``nobody``, ``unowned`` or ``owner``."""
+    if scope.unscoped:
+        return "any"
+    if scope.nobody:
+        return "nobody"
+    return "unowned" if scope.owner is None else "owner"
+
+
+def scoped(kind: str) -> ColumnElement[bool]:
+    """The owner filter as a predicate inside the query (``:owner`` for a principal)."""
+    if kind == "any":
+        return literal_column("1") == literal_column("1")
+    if kind == "nobody":
+        return literal_column("1") == literal_column("0")
+    if kind == "unowned":
+        return C.owner.is_(None)
+    return C.owner == bindparam("owner", type_=C.owner.type)
+
+
+def statuses_in(statuses: frozenset[TaskStatus]) -> ColumnElement[bool]:
+    """``status IN (...)`` with the statuses written into the SQL (they are constants)."""
+    return C.status.in_([literal_column(f"'{status.value}'") for status in sorted(statuses)])
+
+
+def insert_task(clock: Clock) -> ClauseElement:
+    """Insert a task in ``submitted``; parameters are the new task's fields."""
+    now = clock.now()
+    values: dict[str, Any] = {
+        name: bindparam(name, type_=C[name].type)
+        for name in ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata")
+    }
+    values |= {
+        "status": literal_column(f"'{TaskStatus.SUBMITTED.value}'"),
+        "artifacts": bindparam("empty_artifacts", [], type_=C.artifacts.type),
+        "answers": bindparam("empty_answers", [], type_=C.answers.type),
+        "created_at": now,
+        "updated_at": now,
+        "attempt": literal_column("0"),
+        "version": literal_column("1"),
+    }
+    return insert(TABLE).values(values).returning(*COLUMNS)
+
+
+def fetch_task(kind: str) -> ClauseElement:
+    """The task with id ``:task_id`` if visible in a scope of ``kind``."""
+    return select(*COLUMNS).where(C.id == bindparam("task_id"), scoped(kind))
+
+
+@dataclass(frozen=True, slots=True)
+class WriteShape:
+    """Everything about a :class:`Write` that changes its SQL (not its values)."""
+
+    columns: tuple[str, ...]
+    status: TaskStatus | None
+    from_statuses: frozenset[TaskStatus]
+    scope: str
+    versioned: bool
+    fence: str
+    claim: bool
+    release: bool
+    mark_started: bool
+    mark_finished: bool
+    announce: bool
+
+    @classmethod
+    def of(cls, write: Write, *, announce: bool) -> WriteShape:
+        """The shape of ``write``; ``announce`` adds a NOTIFY (PostgreSQL only)."""
+        fence = "any"
+        if write.fence is not UNSET:
+            fence = "unclaimed" if write.fence is None else "worker"
+        return cls(
+            columns=tuple(sorted(write.values)),
+            status=write.status,
+            from_statuses=write.from_statuses,
+            scope=scope_kind(write.scope),
+            versioned=write.expected_version is not None,
+            fence=fence,
+            claim=write.claim is not None,
+            release=write.release,
+            mark_started=write.mark_started,
+            mark_finished=write.mark_finished,
+            announce=announce,
+        )
+
+    def params(self, task_id: str, write: Write) -> dict[str, Any]:
+        """The parameters of the statement :func:`write_task` builds for this shape."""
+        params: dict[str, Any] = {"task_id": task_id}
+        params |= {f"v_{name}": value for name, value in write.values.items()}
+        if self.scope == "owner":
+            params["owner"] = write.scope.owner
+        if self.versioned:
+            params["expected_version"] = write.expected_version
+        if self.fence == "worker":
+            params["fence"] = write.fence
+        if write.claim is not None:
+            params["worker"] = write.claim[0]
+        return params
+
+
+def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
+    """The compare-and-set UPDATE for ``shape``, returning the written row."""
+    now = clock.now()
+    values: dict[str, Any] = {
+        name: bindparam(f"v_{name}", type_=C[name].type) for name in shape.columns
+    }
+    values |= {"updated_at": now, "version": C.version + 1}
+    if shape.status is not None:
+        values["status"] = literal_column(f"'{shape.status.value}'")
+    if shape.claim:
+        values |= {
+            "worker_id": bindparam("worker", type_=C.worker_id.type),
+            "lease_expires_at": clock.later("lease"),
+            "attempt": C.attempt + 1,
+        }
+    if shape.release:
+        values |= {"worker_id": None, "lease_expires_at": None, "dispatched_at": None}
+    if shape.mark_started:
+        values["started_at"] = func.coalesce(C.started_at, now)
+    if shape.mark_finished:
+        values |= {"finished_at": now, "expires_at": clock.expiry()}
+    conditions = [
+        C.id == bindparam("task_id"),
+        statuses_in(shape.from_statuses),
+        scoped(shape.scope),
+    ]
+    if shape.versioned:
+        conditions.append(C.version == bindparam("expected_version"))
+    if shape.fence == "unclaimed":
+        conditions.append(C.worker_id.is_(None))
+    elif shape.fence == "worker":
+        conditions.append(C.worker_id == bindparam("fence", type_=C.worker_id.type))
+    statement = update(TABLE).where(*conditions).values(values).returning(*COLUMNS)
+    if not shape.announce:
+        return statement
+    # Announce the change in the same statement, hence the same commit.
+    updated = statement.cte("updated")
+    change = updated.c.id.concat(":").concat(updated.c.status)
+    return select(*updated.c, func.pg_notify(NOTIFY_CHANNEL, change).label("_notified"))
+
+
+def extend_lease(clock: Clock) -> ClauseElement:
+    """Push the lease of ``:task_id`` if ``:worker`` holds it while working."""
+    return (
+        update(TABLE)
+        .where(
+            C.id == bindparam("task_id"),
+            C.status == literal_column(f"'{TaskStatus.WORKING.value}'"),
+            C.worker_id == bindparam("worker", type_=C.worker_id.type),
+        )
+        .values(lease_expires_at=clock.later("lease"))
+        .returning(*COLUMNS)
+    )
