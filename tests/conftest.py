@@ -86,6 +86,13 @@ def postgres_url() -> Iterator[str]:
         yield rendered
 
 
+@pytest.fixture
+def empty_postgres_url() -> Iterator[str]:
+    """A brand-new PostgreSQL database with nothing in it, for this test only."""
+    with fresh_pg_database("queuestore_empty") as url:
+        yield url.render_as_string(hide_password=False)
+
+
 @pytest.fixture(scope="session")
 def postgres_engine(postgres_url: str) -> Iterator[Engine]:
     engine = make_engine(postgres_url)
