@@ -11,9 +11,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
+from celery import Celery
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from queuestore.queue import TaskQueue
+from queuestore.store.base import TaskStore
 from queuestore.store.sql import SqlTaskStore, make_engine
 from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
@@ -86,6 +89,41 @@ class Settings(BaseSettings):
         if migrate:
             store.migrate()
         return store
+
+    def configure(self, app: Celery) -> Celery:
+        """Apply :meth:`celery_config` to ``app`` (beat keeps its schedule in ``home``)."""
+        app.conf.update(self.celery_config())
+        app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
+        return app
+
+    def make_queue(
+        self, app: Celery, store: TaskStore | None = None, *, beat: bool = True
+    ) -> TaskQueue:
+        """A :class:`TaskQueue` on ``app`` with these settings' lease, retries and dispatch.
+
+        Args:
+            store: the store to use; by default :meth:`make_store`.
+            beat: also install the janitor, reaper and dispatcher beat schedule.
+        """
+        queue = TaskQueue(
+            store if store is not None else self.make_store(),
+            app,
+            lease=self.lease,
+            heartbeat_interval=self.heartbeat_interval,
+            max_attempts=self.max_attempts,
+            terminate_on_cancel=self.terminate_on_cancel,
+            dispatch_grace=self.dispatch_grace,
+            redispatch_after=self.redispatch_after,
+        )
+        if beat:
+            queue.install_beat_schedule(
+                janitor_ttl=self.janitor_ttl,
+                janitor_interval=self.janitor_interval,
+                janitor_batch_size=self.janitor_batch_size,
+                reaper_interval=self.reaper_interval,
+                dispatch_interval=self.dispatch_interval,
+            )
+        return queue
 
     def celery_config(self) -> dict[str, Any]:
         """Celery settings for durable jobs: late acks, one message at a time, no results."""
