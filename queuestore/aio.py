@@ -1,0 +1,174 @@
+"""Async twins of the store and the queue, for asyncio servers (MCP, A2A, ASGI apps).
+
+Each call runs the one sync implementation in a worker thread, so the two
+forms cannot drift apart and the event loop never blocks on the database or
+the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from queuestore.models import Artifact, Task, TaskError, TaskPage, TaskStatus
+from queuestore.owner import ANY, Owner
+from queuestore.queue import TaskQueue
+from queuestore.store.base import UNSET, TaskStore, Unset
+
+
+class AsyncTaskStore:
+    """The verbs of a :class:`TaskStore`, awaitable."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.sync = store
+
+    async def create(
+        self,
+        name: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        context_id: str | None = None,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+    ) -> Task:
+        """See :meth:`TaskStore.create`."""
+        return await asyncio.to_thread(
+            self.sync.create,
+            name,
+            input,
+            owner=owner,
+            context_id=context_id,
+            ttl=ttl,
+            metadata=metadata,
+            task_id=task_id,
+        )
+
+    async def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
+        """See :meth:`TaskStore.get`."""
+        return await asyncio.to_thread(self.sync.get, task_id, owner=owner)
+
+    async def list(
+        self,
+        *,
+        owner: Owner = ANY,
+        status: TaskStatus | str | list[TaskStatus | str] | None = None,
+        context_id: str | None = None,
+        name: str | None = None,
+        updated_after: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """See :meth:`TaskStore.list`."""
+        return await asyncio.to_thread(
+            self.sync.list,
+            owner=owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def update(
+        self,
+        task_id: str,
+        *,
+        status: TaskStatus | str | None = None,
+        status_message: str | Unset | None = UNSET,
+        progress: float | Unset | None = UNSET,
+        result: Any = UNSET,
+        error: TaskError | Mapping[str, Any] | Unset | None = UNSET,
+        metadata: Mapping[str, Any] | Unset = UNSET,
+        expected_version: int | None = None,
+        owner: Owner = ANY,
+    ) -> Task:
+        """See :meth:`TaskStore.update`."""
+        return await asyncio.to_thread(
+            self.sync.update,
+            task_id,
+            status=status,
+            status_message=status_message,
+            progress=progress,
+            result=result,
+            error=error,
+            metadata=metadata,
+            expected_version=expected_version,
+            owner=owner,
+        )
+
+    async def add_artifact(
+        self,
+        task_id: str,
+        artifact: Artifact | Mapping[str, Any],
+        *,
+        append: bool = False,
+        owner: Owner = ANY,
+    ) -> Task:
+        """See :meth:`TaskStore.add_artifact`."""
+        return await asyncio.to_thread(
+            self.sync.add_artifact, task_id, artifact, append=append, owner=owner
+        )
+
+    async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
+        """See :meth:`TaskStore.cancel`."""
+        return await asyncio.to_thread(self.sync.cancel, task_id, owner=owner, reason=reason)
+
+    async def delete(self, task_id: str, *, owner: Owner = ANY) -> None:
+        """See :meth:`TaskStore.delete`."""
+        await asyncio.to_thread(self.sync.delete, task_id, owner=owner)
+
+    async def cleanup(self, ttl: timedelta, *, batch_size: int = 1000) -> int:
+        """See :meth:`TaskStore.cleanup`."""
+        return await asyncio.to_thread(self.sync.cleanup, ttl, batch_size=batch_size)
+
+    async def wait(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
+        """See :meth:`TaskStore.wait`; the waiting happens off the event loop."""
+        return await asyncio.to_thread(self.sync.wait, task_id, timeout=timeout, owner=owner)
+
+
+class AsyncTaskQueue:
+    """The caller's verbs of a :class:`TaskQueue`, awaitable."""
+
+    def __init__(self, queue: TaskQueue) -> None:
+        self.sync = queue
+        self.store = AsyncTaskStore(queue.store)
+
+    async def submit(
+        self,
+        name: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        context_id: str | None = None,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+    ) -> Task:
+        """See :meth:`TaskQueue.submit`."""
+        return await asyncio.to_thread(
+            self.sync.submit,
+            name,
+            input,
+            owner=owner,
+            context_id=context_id,
+            ttl=ttl,
+            metadata=metadata,
+            task_id=task_id,
+        )
+
+    async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
+        """See :meth:`TaskQueue.cancel`."""
+        return await asyncio.to_thread(self.sync.cancel, task_id, owner=owner, reason=reason)
+
+    async def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
+        """See :meth:`TaskQueue.resume`."""
+        return await asyncio.to_thread(self.sync.resume, task_id, answer, owner=owner)
+
+    async def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
+        """See :meth:`TaskQueue.result`."""
+        return await asyncio.to_thread(self.sync.result, task_id, timeout=timeout, owner=owner)

@@ -1,0 +1,53 @@
+"""The async twins delegate to the one sync implementation."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from celery import Celery
+
+from queuestore import Artifact, InMemoryTaskStore, InvalidTransition, TaskNotFound, TaskQueue
+from queuestore.aio import AsyncTaskQueue, AsyncTaskStore
+
+
+def test_async_store_speaks_every_verb_with_the_same_rules() -> None:
+    async def scenario() -> None:
+        store = AsyncTaskStore(InMemoryTaskStore())
+        task = await store.create("a.job", {"n": 1}, owner="alice", ttl=timedelta(0))
+        assert (await store.get(task.id, owner="alice")).input == {"n": 1}
+        with pytest.raises(TaskNotFound):
+            await store.get(task.id, owner="bob")
+        await store.update(task.id, status="working", progress=0.5)
+        await store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]), append=True)
+        page = await store.list(owner="alice", status=["working"])
+        assert [t.id for t in page.tasks] == [task.id]
+        waiting = asyncio.create_task(store.wait(task.id, timeout=5))
+        await asyncio.sleep(0.05)
+        await store.cancel(task.id, reason="stop")
+        assert (await waiting).status == "cancelled"
+        with pytest.raises(InvalidTransition):
+            await store.cancel(task.id)
+        assert await store.cleanup(timedelta(hours=1)) == 1
+        await store.delete(task.id)
+
+    asyncio.run(scenario())
+
+
+def test_async_queue_submits_cancels_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = Celery("aio", broker="memory://", set_as_current=False)
+    sent: list[str] = []
+    monkeypatch.setattr(app, "send_task", lambda name, **options: sent.append(options["task_id"]))
+    monkeypatch.setattr(app.control, "revoke", lambda *args, **options: None)
+    queue = AsyncTaskQueue(TaskQueue(InMemoryTaskStore(), app))
+
+    async def scenario() -> None:
+        task = await queue.submit("a.job", {"n": 1}, owner="alice")
+        assert sent == [task.id]
+        await queue.cancel(task.id, owner="alice")
+        assert (await queue.result(task.id, timeout=1, owner="alice")).status == "cancelled"
+        with pytest.raises(InvalidTransition):
+            await queue.resume(task.id, "yes", owner="alice")
+
+    asyncio.run(scenario())
