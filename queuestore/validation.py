@@ -21,6 +21,7 @@ MAX_MESSAGE_LENGTH: Final = 10_000
 MAX_PAGE_SIZE: Final = 1000
 
 _MILLISECOND: Final = timedelta(milliseconds=1)
+_NUL_MESSAGE: Final = "must not contain the NUL character (PostgreSQL cannot store it)"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,6 +55,8 @@ def label(value: object, field: str) -> str | None:
         raise InvalidTaskData("must be a non-empty string or None", field=field)
     if len(value) > MAX_LABEL_LENGTH:
         raise InvalidTaskData(f"must be at most {MAX_LABEL_LENGTH} characters", field=field)
+    if "\x00" in value:
+        raise InvalidTaskData(_NUL_MESSAGE, field=field)
     return value
 
 
@@ -73,6 +76,8 @@ def message(value: object, field: str = "status_message") -> str | None:
         raise InvalidTaskData("must be a string or None", field=field)
     if len(value) > MAX_MESSAGE_LENGTH:
         raise InvalidTaskData(f"must be at most {MAX_MESSAGE_LENGTH} characters", field=field)
+    if "\x00" in value:
+        raise InvalidTaskData(_NUL_MESSAGE, field=field)
     return value
 
 
@@ -85,6 +90,8 @@ def json_value(value: object, field: str, max_bytes: int) -> JsonValue:
         raise InvalidTaskData(f"is not JSON: {_first_error(exc)}", field=field) from exc
     except (TypeError, ValueError) as exc:
         raise InvalidTaskData(f"is not JSON: {exc}", field=field) from exc
+    if _holds_nul(checked):
+        raise InvalidTaskData(_NUL_MESSAGE, field=field)
     size = len(encoded.encode())
     if size > max_bytes:
         raise InvalidTaskData(
@@ -175,6 +182,16 @@ def error(value: object, max_bytes: int) -> TaskError | None:
 def artifact(value: object, max_bytes: int) -> Artifact:
     """An artifact whose parts and metadata are JSON within the payload limit."""
     return record(Artifact, value, "artifact", max_bytes)
+
+
+def _holds_nul(value: JsonValue) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in key or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -40,6 +40,8 @@ CASES: list[tuple[str, str, Call]] = [
     ("input a list", "input", lambda s, t: s.create("x.y", [1, 2])),  # type: ignore[arg-type]
     ("input a string", "input", lambda s, t: s.create("x.y", "text")),  # type: ignore[arg-type]
     ("oversize input", "input", lambda s, t: s.create("x.y", {"a": BIG})),
+    ("input holding NUL", "input", lambda s, t: s.create("x.y", {"a": ["\x00"]})),
+    ("input with a NUL key", "input", lambda s, t: s.create("x.y", {"a\x00": 1})),
     # create: the other fields
     ("oversize metadata", "metadata", lambda s, t: s.create("x.y", metadata={"a": BIG})),
     ("metadata a list", "metadata", lambda s, t: s.create("x.y", metadata=[1])),  # type: ignore[arg-type]
@@ -54,6 +56,9 @@ CASES: list[tuple[str, str, Call]] = [
     ("oversize owner", "owner", lambda s, t: s.create("x.y", owner="o" * 257)),
     ("owner not a string", "owner", lambda s, t: s.create("x.y", owner=5)),  # type: ignore[arg-type]
     ("empty context id", "context_id", lambda s, t: s.create("x.y", context_id="")),
+    ("owner holding NUL", "owner", lambda s, t: s.create("x.y", owner="a\x00")),
+    ("context id holding NUL", "context_id", lambda s, t: s.create("x.y", context_id="\x00")),
+    ("metadata holding NUL", "metadata", lambda s, t: s.create("x.y", metadata={"m": "\x00"})),
     ("id with a space", "task_id", lambda s, t: s.create("x.y", task_id="a b")),
     ("empty id", "task_id", lambda s, t: s.create("x.y", task_id="")),
     ("oversize id", "task_id", lambda s, t: s.create("x.y", task_id="i" * 65)),
@@ -83,6 +88,10 @@ CASES: list[tuple[str, str, Call]] = [
     ("result NaN", "result", lambda s, t: s.update(t.id, result=float("nan"))),
     ("result an object", "result", lambda s, t: s.update(t.id, result=object())),
     ("oversize result", "result", lambda s, t: s.update(t.id, result=BIG)),
+    ("result holding NUL", "result", lambda s, t: s.update(t.id, result="\x00")),
+    ("message holding NUL", "status_message", lambda s, t: s.update(t.id, status_message="\x00")),
+    ("error holding NUL", "error", lambda s, t: s.update(t.id, error={"type": "E\x00"})),
+    ("reason holding NUL", "reason", lambda s, t: s.cancel(t.id, reason="\x00")),
     ("oversize metadata update", "metadata", lambda s, t: s.update(t.id, metadata={"a": BIG})),
     ("metadata update a string", "metadata", lambda s, t: s.update(t.id, metadata="m")),  # type: ignore[arg-type]
     ("error without a type", "error", lambda s, t: s.update(t.id, error={"type": ""})),
@@ -112,6 +121,12 @@ CASES: list[tuple[str, str, Call]] = [
     ("artifact without an id", "artifact", lambda s, t: s.add_artifact(t.id, {"parts": [1]})),
     ("artifact a string", "artifact", lambda s, t: s.add_artifact(t.id, "a")),  # type: ignore[arg-type]
     ("answer NaN", "answer", lambda s, t: s.provide_input(t.id, float("nan"))),
+    ("answer holding NUL", "answer", lambda s, t: s.provide_input(t.id, {"\x00": 0})),
+    (
+        "artifact holding NUL",
+        "artifact",
+        lambda s, t: s.add_artifact(t.id, Artifact(artifact_id="a", parts=["\x00"])),
+    ),
     ("oversize answer", "answer", lambda s, t: s.provide_input(t.id, BIG)),
     # list
     ("limit 0", "limit", lambda s, t: s.list(limit=0)),
