@@ -62,4 +62,4 @@ class OwnerScope:
             return "*"
         if self.nobody:
             return "!"
-        return "=" + (self.owner if self.owner is not None else "")
+        return "-" if self.owner is None else "=" + self.owner

@@ -9,6 +9,7 @@ here once, so the in-memory and SQL stores cannot drift apart.
 from __future__ import annotations
 
 import builtins
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -116,11 +117,11 @@ class ListQuery:
 
     def fingerprint(self) -> str:
         """A text that changes with any filter, binding cursors to their listing."""
-        statuses = ",".join(sorted(self.statuses)) if self.statuses is not None else "*"
-        after = self.updated_after.isoformat() if self.updated_after else ""
-        return "|".join(
-            (self.scope.fingerprint(), statuses, self.context_id or "", self.name or "", after)
-        )
+        statuses = sorted(self.statuses) if self.statuses is not None else None
+        after = self.updated_after.isoformat() if self.updated_after else None
+        # JSON keeps the parts apart: filter values may contain any separator.
+        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
+        return json.dumps(parts, separators=(",", ":"))
 
 
 StatusChange = tuple[str, TaskStatus]
@@ -455,12 +456,14 @@ class TaskStore(ABC):
         Returns:
             How many tasks were deleted.
         """
-        ttl = check.ttl(ttl) or timedelta(0)
+        checked_ttl = check.ttl(ttl)
+        if checked_ttl is None:
+            raise InvalidTaskData("is required: how long finished tasks are kept", field="ttl")
         batch_size = check.positive_int(batch_size, "batch_size")
         now = None if now is None else check.aware(now, "now")
         total = 0
         while True:
-            deleted = self._delete_expired(ttl, now, batch_size)
+            deleted = self._delete_expired(checked_ttl, now, batch_size)
             total += deleted
             if deleted < batch_size:
                 return total

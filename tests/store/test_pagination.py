@@ -158,6 +158,22 @@ def test_a_cursor_is_bound_to_its_filters(store: TaskStore) -> None:
             store.list(**other, cursor=cursor)  # type: ignore[arg-type]
 
 
+def test_a_cursor_is_bound_to_filters_whatever_characters_they_hold(store: TaskStore) -> None:
+    for name in ("b|c", "c"):
+        for context_id in ("a", "a|b"):
+            for _ in range(2):
+                store.create(name, context_id=context_id)
+    unowned = store.list(owner=None, limit=1).next_cursor
+    piped = store.list(context_id="a", name="b|c", limit=1).next_cursor
+    assert unowned is not None
+    assert piped is not None
+
+    with pytest.raises(InvalidCursor):
+        store.list(owner="", limit=1, cursor=unowned)
+    with pytest.raises(InvalidCursor):
+        store.list(context_id="a|b", name="c", limit=1, cursor=piped)
+
+
 def tampered_cursors(cursor: str) -> list[object]:
     flipped = cursor[:10] + ("A" if cursor[10] != "A" else "B") + cursor[11:]
     return [

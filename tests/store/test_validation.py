@@ -144,6 +144,7 @@ CASES: list[tuple[str, str, Call]] = [
     # cleanup and the worker protocol
     ("naive cleanup now", "now", lambda s, t: s.cleanup(timedelta(0), now=NAIVE)),
     ("negative cleanup ttl", "ttl", lambda s, t: s.cleanup(timedelta(seconds=-1))),
+    ("cleanup without a ttl", "ttl", lambda s, t: s.cleanup(None)),  # type: ignore[arg-type]
     ("batch size 0", "batch_size", lambda s, t: s.cleanup(timedelta(0), batch_size=0)),
     ("naive reap now", "now", lambda s, t: s.reap(now=NAIVE)),
     ("max attempts 0", "max_attempts", lambda s, t: s.reap(max_attempts=0)),
@@ -173,6 +174,7 @@ def test_bad_input_is_refused_naming_the_field_and_writes_nothing(
 ) -> None:
     target = reach(small_store, TaskStatus.INPUT_REQUIRED, metadata={"m": 1})
     small_store.create("x.other", owner="alice")
+    reach(small_store, TaskStatus.COMPLETED)
     before = snapshot(small_store)
 
     with pytest.raises(InvalidTaskData) as raised:
