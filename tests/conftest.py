@@ -86,10 +86,10 @@ def postgres_url() -> Iterator[str]:
         yield rendered
 
 
-@pytest.fixture
-def empty_postgres_url() -> Iterator[str]:
-    """A brand-new PostgreSQL database with nothing in it, for this test only."""
-    with fresh_pg_database("queuestore_empty") as url:
+@pytest.fixture(scope="module")
+def scratch_postgres_url() -> Iterator[str]:
+    """A PostgreSQL database of the test module's own, created empty, for schema tests."""
+    with fresh_pg_database("queuestore_scratch") as url:
         yield url.render_as_string(hide_password=False)
 
 

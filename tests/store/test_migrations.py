@@ -9,7 +9,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
 from queuestore import SqlTaskStore, make_engine
 from queuestore.migrations import config, downgrade
@@ -21,12 +21,18 @@ HEAD = ScriptDirectory.from_config(config()).get_current_head()
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    """An engine on a brand-new, empty database."""
+    """An engine on an empty database: a new SQLite file, or a PostgreSQL schema.
+
+    Creating a PostgreSQL database is slow, so the tests share one and empty
+    its schema before each test.
+    """
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'fresh.db'}"
+        engine = make_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
     else:
-        url = request.getfixturevalue("empty_postgres_url")
-    engine = make_engine(url)
+        engine = make_engine(request.getfixturevalue("scratch_postgres_url"))
+        with engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA public CASCADE"))
+            connection.execute(text("CREATE SCHEMA public"))
     yield engine
     engine.dispose()
 
