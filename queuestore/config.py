@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
-from queuestore.store.sql import SqlTaskStore, make_engine
+from queuestore.store.sql import SqlTaskStore
 from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 EMBEDDED_HOME = Path(".queuestore")
@@ -74,9 +74,9 @@ class Settings(BaseSettings):
 
     def make_store(self) -> SqlTaskStore:
         """A store on the configured database, migrated first when ``auto_migrate`` says so."""
-        engine = make_engine(self.resolved_database_url)
+        # Built from the URL, the store owns its engine: close() releases the pool.
         store = SqlTaskStore(
-            engine,
+            self.resolved_database_url,
             require_owner=self.require_owner,
             max_payload_bytes=self.max_payload_bytes,
             cursor_secret=(
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
         )
         migrate = self.auto_migrate
         if migrate is None:
-            migrate = engine.dialect.name == "sqlite"
+            migrate = store.engine.dialect.name == "sqlite"
         if migrate:
             store.migrate()
         return store
