@@ -63,11 +63,11 @@ def db_current(url: UrlOption = None) -> None:
     """Print the schema revision the database is at."""
     from alembic.migration import MigrationContext
 
+    from queuestore.migrations import VERSION_TABLE
+
     store = _store(url)
     with store.engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection, opts={"version_table": "queuestore_alembic_version"}
-        )
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         console.print(context.get_current_revision() or "none")
 
 

@@ -282,7 +282,8 @@ def _failure(exc: BaseException) -> _Outcome:
         if kind.__module__ == "builtins"
         else (f"{kind.__module__}.{kind.__qualname__}")
     )
-    error = TaskError(type=qualified, message=str(exc)[:10_000])
+    # The message is the job's text: keep it storable (PostgreSQL refuses NUL).
+    error = TaskError(type=qualified, message=str(exc).replace("\x00", "\ufffd")[:10_000])
     return _Outcome(TaskStatus.FAILED, {"error": error})
 
 

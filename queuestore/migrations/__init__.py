@@ -9,13 +9,14 @@ from alembic.config import Config
 from sqlalchemy import Connection
 
 MIGRATIONS = Path(__file__).parent
+VERSION_TABLE = "queuestore_alembic_version"
+"""Alembic's own table, named so it cannot clash with an application's migrations."""
 
 
 def config(url: str | None = None) -> Config:
     """An Alembic configuration pointing at these migrations (and ``url``, if given)."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("version_table", "queuestore_alembic_version")
     if url is not None:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg

@@ -12,10 +12,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, text
 
 from queuestore import SqlTaskStore, make_engine
-from queuestore.migrations import config, downgrade
+from queuestore.migrations import VERSION_TABLE, config, downgrade
 from queuestore.store.schema import Base
 
-VERSION_TABLE = config().get_main_option("version_table")
 HEAD = ScriptDirectory.from_config(config()).get_current_head()
 
 
