@@ -33,7 +33,6 @@ from sqlalchemy import (
     or_,
     select,
     true,
-    tuple_,
     update,
 )
 from sqlalchemy import exc as sa_exc
@@ -53,7 +52,7 @@ from queuestore.store.base import (
     Write,
 )
 from queuestore.store.schema import UTCDateTime
-from queuestore.store.statements import Clock, Prepared, WriteShape
+from queuestore.store.statements import Clock, PageShape, Prepared, WriteShape
 
 log = logging.getLogger(__name__)
 
@@ -204,14 +203,25 @@ class SqlTaskStore(TaskStore):
         """
         prepared = self._prepare(key, build)
         params |= self._clock_sql.params(datetime.now(UTC), **intervals)
+        with self._driver() as connection:
+            row = prepared.first(connection, params)
+        return None if row is None else _task_from(row)
+
+    @contextmanager
+    def _driver(self) -> Iterator[Connection]:
+        """A connection for :class:`Prepared` statements, which raise the driver's errors.
+
+        Raises:
+            StoreUnavailable: the database is unreachable (the connection is
+                dropped from the pool, so the next call reconnects).
+        """
         dbapi = self.engine.dialect.loaded_dbapi
         with self._transaction() as connection:
             try:
-                row = prepared.first(connection, params)
+                yield connection
             except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
                 connection.invalidate(exc)
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
-        return None if row is None else _task_from(row)
 
     # -- primitives ---------------------------------------------------------
 
@@ -250,32 +260,37 @@ class SqlTaskStore(TaskStore):
         return self._run(shape, build, params, **intervals)
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
-        conditions = [_scoped(query.scope)]
-        if query.statuses is not None:
-            conditions.append(_C.status.in_([status.value for status in query.statuses]))
-        if query.context_id is not None:
-            conditions.append(_C.context_id == query.context_id)
-        if query.name is not None:
-            conditions.append(_C.name == query.name)
-        if query.updated_after is not None:
-            conditions.append(_C.updated_at > query.updated_after)
-        if after is not None:
-            position = tuple_(literal(after.created_at, UTCDateTime), literal(after.task_id))
-            conditions.append(tuple_(_C.created_at, _C.id) < position)
-        statement = (
-            select(*_COLUMNS)
-            .where(*conditions)
-            .order_by(_C.created_at.desc(), _C.id.desc())
-            .limit(limit)
+        shape = PageShape(
+            scope=statements.scope_kind(query.scope),
+            statuses=query.statuses,
+            context_id=query.context_id is not None,
+            name=query.name is not None,
+            updated_after=query.updated_after is not None,
+            after=after is not None,
         )
-        with self._transaction() as connection:
-            return [_to_task(row) for row in connection.execute(statement)]
+        params: dict[str, Any] = {
+            "limit": limit,
+            "owner": query.scope.owner,
+            "context_id": query.context_id,
+            "name": query.name,
+            "updated_after": query.updated_after,
+        }
+        if after is not None:
+            params |= {"after_created_at": after.created_at, "after_id": after.task_id}
+        prepared = self._prepare(shape, lambda: statements.page_tasks(shape))
+        with self._driver() as connection:
+            return [_task_from(row) for row in prepared.all(connection, params)]
 
     def _delete(self, task_id: str, scope: OwnerScope) -> None:
         with self._transaction() as connection:
             connection.execute(delete(_T).where(_C.id == task_id, _scoped(scope)))
 
     def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
+        if self._postgres:
+            statement = statements.delete_expired_postgres(explicit_now=now is not None)
+            params = {"now": now, "ttl": ttl, "batch": batch_size, "terminal": _TERMINAL_VALUES}
+            with self._transaction() as connection:
+                return connection.execute(statement, params).rowcount
         clock = self._clock(now)
         expired = and_(
             _C.status.in_(_TERMINAL_VALUES),
@@ -289,8 +304,6 @@ class SqlTaskStore(TaskStore):
             ),
         )
         batch = select(_C.id).where(expired).limit(batch_size)
-        if self._postgres:
-            batch = batch.with_for_update(skip_locked=True)
         with self._transaction() as connection:
             return connection.execute(delete(_T).where(_C.id.in_(batch))).rowcount
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Dialect,
+    Integer,
     Interval,
     Table,
     bindparam,
@@ -27,9 +28,11 @@ from sqlalchemy import (
     insert,
     literal_column,
     select,
+    text,
+    tuple_,
     update,
 )
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, TextClause
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from queuestore.models import TaskStatus
@@ -87,6 +90,11 @@ class Prepared:
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """Run with ``params`` and return the first row as ``{column: value}``, or None."""
+        rows = self.all(connection, params)
+        return rows[0] if rows else None
+
+    def all(self, connection: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Run with ``params`` and return every row as ``{column: value}``."""
         values = {**self._defaults, **params}
         for name, process in self._bind.items():
             if process is not None:
@@ -97,15 +105,16 @@ class Prepared:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(self.sql, arguments)
-            row = cursor.fetchone()
+            rows = cursor.fetchall()
         finally:
             cursor.close()
-        if row is None:
-            return None
-        return {
-            key: value if process is None else process(value)
-            for (key, process), value in zip(self._result, row, strict=False)
-        }
+        return [
+            {
+                key: value if process is None else process(value)
+                for (key, process), value in zip(self._result, row, strict=False)
+            }
+            for row in rows
+        ]
 
 
 def _result_processor(column: ColumnElement[Any], dialect: Dialect) -> Any:
@@ -205,6 +214,43 @@ def insert_task(clock: Clock) -> ClauseElement:
 def fetch_task(kind: str) -> ClauseElement:
     """The task with id ``:task_id`` if visible in a scope of ``kind``."""
     return select(*COLUMNS).where(C.id == bindparam("task_id"), scoped(kind))
+
+
+@dataclass(frozen=True, slots=True)
+class PageShape:
+    """Which filters a listing uses; each combination compiles once."""
+
+    scope: str
+    statuses: frozenset[TaskStatus] | None
+    context_id: bool
+    name: bool
+    updated_after: bool
+    after: bool
+
+
+def page_tasks(shape: PageShape) -> ClauseElement:
+    """Up to ``:limit`` tasks, newest first by ``(created_at, id)``, after the cursor's key."""
+    conditions = [scoped(shape.scope)]
+    if shape.statuses is not None:
+        conditions.append(statuses_in(shape.statuses))
+    if shape.context_id:
+        conditions.append(C.context_id == bindparam("context_id", type_=C.context_id.type))
+    if shape.name:
+        conditions.append(C.name == bindparam("name", type_=C.name.type))
+    if shape.updated_after:
+        conditions.append(C.updated_at > bindparam("updated_after", type_=UTCDateTime))
+    if shape.after:
+        position = tuple_(
+            bindparam("after_created_at", type_=UTCDateTime),
+            bindparam("after_id", type_=C.id.type),
+        )
+        conditions.append(tuple_(C.created_at, C.id) < position)
+    return (
+        select(*COLUMNS)
+        .where(*conditions)
+        .order_by(C.created_at.desc(), C.id.desc())
+        .limit(bindparam("limit", type_=Integer()))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,3 +357,31 @@ def extend_lease(clock: Clock) -> ClauseElement:
         .values(lease_expires_at=clock.later("lease"))
         .returning(*COLUMNS)
     )
+
+
+DELETE_EXPIRED_POSTGRES = """
+WITH own AS (
+    SELECT ctid FROM queuestore_tasks
+    WHERE expires_at <= {clock} AND status = ANY(:terminal)
+    ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED
+), by_finish AS (
+    SELECT ctid FROM queuestore_tasks
+    WHERE expires_at IS NULL AND finished_at <= {clock} - :ttl AND status = ANY(:terminal)
+    ORDER BY finished_at LIMIT :batch - (SELECT count(*) FROM own) FOR UPDATE SKIP LOCKED
+)
+DELETE FROM queuestore_tasks
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM own UNION ALL SELECT ctid FROM by_finish))
+"""
+"""One janitor batch on PostgreSQL: two range scans that stop at the limit.
+
+Tasks past their own expiry come first, then tasks past ``finished_at + ttl``;
+each scan walks its partial index and stops at the batch size, and skips rows
+another transaction holds. A single ``OR`` of both rules made PostgreSQL
+bitmap-scan every terminal row on each batch, so every batch paid for the whole
+backlog. The rows are deleted by ``ctid``: exactly the ones this statement locked.
+"""
+
+
+def delete_expired_postgres(*, explicit_now: bool) -> TextClause:
+    """:data:`DELETE_EXPIRED_POSTGRES` on the database clock, or on ``:now``."""
+    return text(DELETE_EXPIRED_POSTGRES.replace("{clock}", ":now" if explicit_now else "now()"))
