@@ -15,6 +15,7 @@ from celery import Celery
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from queuestore.broker import TRANSPORT as FILESYSTEM_TRANSPORT
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
 from queuestore.store.sql import SqlTaskStore
@@ -139,6 +140,9 @@ class Settings(BaseSettings):
             "enable_utc": True,
         }
         if self.broker_url.startswith("filesystem://"):
+            # Kombu's own filesystem transport can hand a consumer a half-written
+            # message under concurrent publishers; ours publishes atomically.
+            config["broker_transport"] = FILESYSTEM_TRANSPORT
             config["broker_transport_options"] = self.filesystem_broker_options()
         return config
 
