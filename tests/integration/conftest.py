@@ -18,13 +18,17 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from harness import Deployment, PostgresCluster, RedisServer, build_deployment
+from harness import (
+    Deployment,
+    DeploymentFactory,
+    PostgresCluster,
+    RedisServer,
+    build_deployment,
+)
 from kombu import Connection
 
 REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("QUEUESTORE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-
-DeploymentFactory = Callable[..., Deployment]
 
 
 @pytest.fixture(scope="session")

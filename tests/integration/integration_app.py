@@ -60,4 +60,18 @@ def sleep(ctx: TaskContext, seconds: float, first_attempt_seconds: float | None 
     return {"attempt": ctx.attempt, "slept": seconds}
 
 
+@job(app, name="tests.chatty")
+def chatty(ctx: TaskContext) -> None:
+    """Write progress in a tight loop until cancelled: a cancel lands mid-write."""
+    record(ctx, "start")
+    step = 0
+    try:
+        while True:
+            step += 1
+            ctx.progress(min(step / 1_000_000, 1.0), f"step {step}")
+    except BaseException as exc:
+        record(ctx, f"stopped:{type(exc).__name__}")
+        raise
+
+
 __all__ = ["app", "queue"]

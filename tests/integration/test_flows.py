@@ -294,3 +294,33 @@ def test_500_submits_all_complete_and_each_body_runs_exactly_once(stack: Stack) 
     assert {queue.store.get(task_id).status for task_id in ids} == {TaskStatus.COMPLETED}
     runs = {task_id: stack.deployment.events_of(task_id) for task_id in ids}
     assert {task_id: events for task_id, events in runs.items() if events != ["1 run"]} == {}
+
+
+def test_jobs_cancelled_in_the_middle_of_their_writes_leave_the_worker_healthy(
+    stack: Stack,
+) -> None:
+    """A prefork cancel interrupts the job wherever it is, even inside a database write."""
+    deployment, queue = stack.deployment, stack.queue
+    for _ in range(3):
+        writers = [queue.submit("tests.chatty") for _ in range(stack.concurrency)]
+        for writer in writers:
+            wait_for(
+                lambda writer=writer: (queue.store.get(writer.id).progress or 0) > 0,
+                timeout=30,
+                what="the writer to write",
+                logs=[stack.worker],
+            )
+        for writer in writers:
+            queue.cancel(writer.id)
+        for writer in writers:
+            wait_for(
+                lambda writer=writer: len(deployment.events_of(writer.id)) == 2,
+                timeout=30,
+                what="the writer to stop",
+                logs=[stack.worker],
+            )
+            assert queue.store.get(writer.id).status is TaskStatus.CANCELLED
+
+    after = [queue.submit("tests.count_runs") for _ in range(10)]
+    for task in after:
+        assert deployment.wait_status(task.id, *TERMINAL).status is TaskStatus.COMPLETED

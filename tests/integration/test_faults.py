@@ -1,0 +1,196 @@
+"""Faults, for real: workers SIGKILLed mid-task, a broker down at submit, a database restart.
+
+Only processes and servers the tests started are stopped or killed: the
+shared PostgreSQL, Redis and RabbitMQ are never touched. The broker outage
+runs on a redis-server of the test's own; the database restarts are those of a
+PostgreSQL cluster of the module's own (``initdb`` + ``pg_ctl``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import (
+    Deployment,
+    DeploymentFactory,
+    LoggedProcess,
+    PostgresCluster,
+    RedisServer,
+    wait_for,
+)
+
+from queuestore import TERMINAL, TaskStatus
+
+pytestmark = pytest.mark.integration
+
+
+def _kill_the_worker_running(
+    deployment: Deployment, task_id: str, workers: list[LoggedProcess]
+) -> LoggedProcess:
+    """Wait until one of ``workers`` runs the task, then SIGKILL it with all its children."""
+    wait_for(
+        lambda: deployment.records_of(task_id),
+        timeout=30,
+        what="the job to start",
+        logs=deployment.processes,
+    )
+    pid = int(deployment.records_of(task_id)[0].rsplit(" ", 1)[1])
+    running = [worker for worker in workers if worker.owns(pid)]
+    assert len(running) == 1, f"job pid {pid} is in none of the workers{deployment.logs()}"
+    running[0].kill()
+    return running[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
+def test_a_job_whose_worker_is_sigkilled_is_retried_by_the_reaper_on_another_worker(
+    deployment: DeploymentFactory,
+) -> None:
+    stack = deployment("rabbitmq", "postgres")
+    workers = [stack.start_worker(wait=False), stack.start_worker(wait=False)]
+    stack.start_beat()
+    for worker in workers:
+        stack.wait_ready(worker, worker.name.split()[1])
+    task = stack.queue.submit("tests.sleep", {"seconds": 0.2, "first_attempt_seconds": 120})
+
+    killed = _kill_the_worker_running(stack, task.id, workers)
+
+    done = stack.wait_status(task.id, *TERMINAL, timeout=60)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert done.attempt == 2
+    assert done.result == {"attempt": 2, "slept": 0.2}
+    assert stack.events_of(task.id) == ["1 start", "2 start", "2 end"]
+    second_pid = int(stack.records_of(task.id)[1].rsplit(" ", 1)[1])
+    assert not killed.owns(second_pid)
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_job_whose_worker_dies_on_its_last_attempt_fails_with_worker_lost(
+    deployment: DeploymentFactory,
+) -> None:
+    stack = deployment("redis", "postgres", QUEUESTORE_MAX_ATTEMPTS="1")
+    workers = [stack.start_worker(wait=False), stack.start_worker(wait=False)]
+    stack.start_beat()
+    for worker in workers:
+        stack.wait_ready(worker, worker.name.split()[1])
+    task = stack.queue.submit("tests.sleep", {"seconds": 120})
+
+    _kill_the_worker_running(stack, task.id, workers)
+
+    done = stack.wait_status(task.id, *TERMINAL, timeout=60)
+    assert done.status is TaskStatus.FAILED
+    assert done.error is not None
+    assert done.error.type == "WorkerLost"
+    assert done.attempt == 1
+    assert stack.events_of(task.id) == ["1 start"]
+
+
+def test_the_reaper_retries_a_task_killed_on_the_embedded_broker(
+    deployment: DeploymentFactory,
+) -> None:
+    """The filesystem broker has no redelivery: the message is gone with the worker."""
+    stack = deployment("filesystem", "sqlite")
+    first = stack.start_worker(concurrency=1)
+    task = stack.queue.submit("tests.sleep", {"seconds": 0.2, "first_attempt_seconds": 120})
+    _kill_the_worker_running(stack, task.id, [first])
+
+    stack.start_worker(concurrency=1, beat=True)
+
+    done = stack.wait_status(task.id, *TERMINAL, timeout=60)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert done.attempt == 2
+    assert stack.events_of(task.id) == ["1 start", "2 start", "2 end"]
+
+
+@pytest.mark.postgres
+def test_a_task_submitted_while_the_broker_is_down_is_dispatched_once_it_is_back(
+    deployment: DeploymentFactory, own_redis: RedisServer
+) -> None:
+    stack = deployment(own_redis.url, "postgres")
+    worker = stack.start_worker(beat=True)
+    own_redis.stop()
+
+    task = stack.queue.submit("tests.count_runs")
+
+    assert task.status is TaskStatus.SUBMITTED
+    assert stack.queue.store.get(task.id).status is TaskStatus.SUBMITTED
+    assert "stays queued in the store" not in worker.text()  # that was the caller's log
+    own_redis.start()
+
+    done = stack.wait_status(task.id, *TERMINAL, timeout=90)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert "dispatcher published" in worker.text()
+    assert stack.events_of(task.id) == ["1 run"]
+    # The sweep keeps running: it never publishes the task again.
+    time.sleep(2)
+    assert stack.events_of(task.id) == ["1 run"]
+
+
+@pytest.fixture(scope="module")
+def restartable(
+    own_postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Deployment, LoggedProcess, PostgresCluster]]:
+    """A worker on a database we may restart, with the embedded broker (which we do not)."""
+    root: Path = tmp_path_factory.mktemp("restartable")
+    stack = Deployment(
+        root=root,
+        database_url=own_postgres.url,
+        broker_url="filesystem://",
+        # Longer than any outage below, so the reaper never steps in.
+        overrides={"QUEUESTORE_LEASE": "30"},
+    )
+    stack.migrate()
+    try:
+        worker = stack.start_worker(beat=True)
+        yield stack, worker, own_postgres
+    finally:
+        stack.close()
+
+
+def test_a_running_job_survives_a_database_restart(
+    restartable: tuple[Deployment, LoggedProcess, PostgresCluster],
+) -> None:
+    stack, worker, database = restartable
+    task = stack.queue.submit("tests.sleep", {"seconds": 2})
+    wait_for(
+        lambda: stack.events_of(task.id) == ["1 start"],
+        timeout=30,
+        what="the job to start",
+        logs=[worker],
+    )
+
+    database.stop()
+    # The job ends while the database is down: its outcome write has to wait.
+    wait_for(
+        lambda: stack.events_of(task.id) == ["1 start", "1 end"],
+        timeout=30,
+        what="the job to end",
+        logs=[worker],
+    )
+    time.sleep(1)
+    database.start()
+
+    done = stack.wait_status(task.id, *TERMINAL, timeout=90)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert done.result == {"attempt": 1, "slept": 2}
+    assert "store unavailable" in worker.text()
+
+
+def test_a_message_that_arrives_while_the_database_is_down_is_not_lost(
+    restartable: tuple[Deployment, LoggedProcess, PostgresCluster],
+) -> None:
+    stack, worker, database = restartable
+    task = stack.queue.store.create("tests.count_runs")
+
+    database.stop()
+    stack.queue.publish(task)  # the broker is up: only the claim cannot reach the store
+    stack.wait_log(worker, task.id, "store unavailable", timeout=30)
+    database.start()
+
+    done = stack.wait_status(task.id, *TERMINAL, timeout=90)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert stack.events_of(task.id) == ["1 run"]
