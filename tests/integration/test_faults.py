@@ -108,8 +108,9 @@ def test_the_reaper_retries_a_task_killed_on_the_embedded_broker(
 
 @pytest.mark.postgres
 def test_a_task_submitted_while_the_broker_is_down_is_dispatched_once_it_is_back(
-    deployment: DeploymentFactory, own_redis: RedisServer
+    own_redis: RedisServer, deployment: DeploymentFactory
 ) -> None:
+    # own_redis first: it is torn down last, after the worker stopped cleanly.
     stack = deployment(own_redis.url, "postgres")
     worker = stack.start_worker(beat=True)
     own_redis.stop()
