@@ -1,0 +1,125 @@
+"""Celery apps for ``bench/celery_lifecycle.py``, loaded by its workers with ``-A``.
+
+    celery -A lifecycle_app:app worker ...       queuestore: full task lifecycle
+    celery -A lifecycle_app:bare_app worker ...  bare Celery, no result backend
+    celery -A lifecycle_app:db_app worker ...    Celery + its SQLAlchemy result backend
+
+All three share the broker and the durable-job settings of
+``Settings.celery_config()`` (late acks, prefetch 1, JSON), each on its own
+queue, so they differ only in what a task does to be recorded. Configuration
+comes from ``QUEUESTORE_*`` like ``workers/__init__.py``, plus:
+
+- ``BENCH_REDIS_URL``: where the trivial task counts its runs and the
+  cooperative job records when it saw a cancel.
+- ``BENCH_RUN``: a token that keeps this run's queues apart from any other's.
+- ``BENCH_RESULT_BACKEND``: the ``db+postgresql+psycopg://`` URL for ``db_app``.
+- ``BENCH_PROFILE``: a file; the worker's main thread runs under cProfile and
+  dumps its statistics there at shutdown.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
+
+from queuestore import Artifact, JobCancelled, Settings, TaskContext, job
+
+RUN = os.environ.get("BENCH_RUN", "local")
+QS_QUEUE = f"bench_{RUN}_queuestore"
+BARE_QUEUE = f"bench_{RUN}_bare"
+DB_QUEUE = f"bench_{RUN}_db"
+
+READY_KEY = "bench:ready:{pid}"
+COUNTER_KEY = "bench:count"
+STARTED_KEY = "bench:started:{task_id}"
+STOPPED_KEY = "bench:stopped:{task_id}"
+
+settings = Settings()
+_redis = redis.Redis.from_url(os.environ.get("BENCH_REDIS_URL", settings.broker_url))
+
+
+def _celery(name: str, queue_name: str, **overrides: Any) -> Celery:
+    celery_app = Celery(name)
+    celery_app.conf.update(settings.celery_config())
+    celery_app.conf.update(task_default_queue=queue_name, **overrides)
+    return celery_app
+
+
+# -- queuestore: built like workers/__init__.py (beat schedule aside) -------
+
+app = _celery("bench_queuestore", QS_QUEUE)
+store = settings.make_store()
+queue = settings.make_queue(app, store, beat=False)
+
+
+@job(app, name="bench.lifecycle")
+def lifecycle(ctx: TaskContext, n: int = 0) -> dict[str, object]:
+    """The smallest full lifecycle: progress, one artifact, a small result."""
+    ctx.progress(0.5)
+    ctx.add_artifact(Artifact(artifact_id="out", name="out.txt", parts=[f"row {n}"]))
+    return {"n": n, "ok": True}
+
+
+@job(app, name="bench.cooperative")
+def cooperative(ctx: TaskContext, limit: float = 30.0) -> dict[str, object]:
+    """Loop until cancelled (or ``limit`` seconds), recording when the stop was seen."""
+    _redis.set(STARTED_KEY.format(task_id=ctx.task_id), repr(time.time()), ex=600)
+    deadline = time.monotonic() + limit
+    try:
+        while time.monotonic() < deadline:
+            ctx.raise_if_cancelled()
+            time.sleep(0.01)
+    except (JobCancelled, Exception) as exc:
+        # JobCancelled on the solo pool; SoftTimeLimitExceeded (SIGUSR1) on prefork.
+        _redis.set(
+            STOPPED_KEY.format(task_id=ctx.task_id),
+            f"{time.time()!r} {type(exc).__name__}",
+            ex=600,
+        )
+        raise
+    return {"cancelled": False}
+
+
+# -- the two Celery baselines: same broker and settings, a trivial task ----
+
+
+def _noop() -> None:
+    _redis.incr(COUNTER_KEY)
+
+
+bare_app = _celery("bench_bare", BARE_QUEUE, task_ignore_result=True)
+bare_app.task(name="bench.noop", ignore_result=True, acks_late=True)(_noop)
+
+db_app = _celery(
+    "bench_db",
+    DB_QUEUE,
+    task_ignore_result=False,
+    result_backend=os.environ.get("BENCH_RESULT_BACKEND", "db+sqlite:///bench-results.db"),
+)
+db_app.task(name="bench.noop", ignore_result=False, acks_late=True)(_noop)
+
+
+# -- worker plumbing --------------------------------------------------------
+
+_profiler: list[cProfile.Profile] = []
+
+
+@worker_ready.connect
+def _announce_ready(**_: Any) -> None:
+    if os.environ.get("BENCH_PROFILE"):
+        _profiler.append(cProfile.Profile())
+        _profiler[0].enable()
+    _redis.set(READY_KEY.format(pid=os.getpid()), "1", ex=3600)
+
+
+@worker_shutdown.connect
+def _dump_profile(**_: Any) -> None:
+    if _profiler:
+        _profiler[0].disable()
+        _profiler[0].dump_stats(os.environ["BENCH_PROFILE"])
