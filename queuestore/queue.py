@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from queuestore.errors import BrokerUnavailable, StoreUnavailable
 from queuestore.models import Task
 from queuestore.owner import ANY, Owner
-from queuestore.store.base import TaskStore
+from queuestore.store.base import TaskStore, lost_runs
 from queuestore.worker import Heartbeat, Job, execute, registered_job
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ class TaskQueue:
                 log.warning("task %s failed: %s", task.id, task.error)
             else:
                 log.warning("task %s lost its worker; retrying", task.id)
-                self.dispatch(task, countdown=min(2.0**task.attempt, 60.0))
+                self.dispatch(task, countdown=min(2.0 ** lost_runs(task), 60.0))
         return reaped
 
     def install_beat_schedule(
@@ -302,6 +302,15 @@ class TaskQueue:
         return self._heartbeat
 
 
+def _skipped_in_outage(name: str, run: Callable[[], int]) -> int:
+    """Run a beat task; while the database is down, log and let the next beat try again."""
+    try:
+        return run()
+    except StoreUnavailable as exc:
+        log.warning("%s skipped this beat: %s", name, exc)
+        return 0
+
+
 def _register_maintenance(app: Celery) -> None:
     from celery.signals import worker_process_init
 
@@ -309,13 +318,16 @@ def _register_maintenance(app: Celery) -> None:
 
     def janitor(ttl_seconds: float, batch_size: int = 1000) -> int:
         queue = TaskQueue.of(app)
-        return run_janitor(queue.store, timedelta(seconds=ttl_seconds), batch_size=batch_size)
+        ttl = timedelta(seconds=ttl_seconds)
+        return _skipped_in_outage(
+            "janitor", lambda: run_janitor(queue.store, ttl, batch_size=batch_size)
+        )
 
     def reaper() -> int:
-        return len(TaskQueue.of(app).reap())
+        return _skipped_in_outage("reaper", lambda: len(TaskQueue.of(app).reap()))
 
     def dispatcher() -> int:
-        return TaskQueue.of(app).sweep()
+        return _skipped_in_outage("dispatcher", TaskQueue.of(app).sweep)
 
     def forget_parent_connections(**_: Any) -> None:
         queue = _QUEUES.get(app)

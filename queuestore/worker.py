@@ -88,7 +88,8 @@ class TaskContext:
 
     @property
     def attempt(self) -> int:
-        """Which run this is: 1 for the first, more after a lost worker was retried."""
+        """Which run this is: 1 for the first; each answered question and each
+        retry after a lost worker starts another."""
         return self._task.attempt
 
     @property

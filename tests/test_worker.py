@@ -405,3 +405,24 @@ def test_a_queue_is_found_by_its_app_and_a_missing_one_is_explained(queue: TaskQ
     assert TaskQueue.of(queue.app) is queue
     with pytest.raises(RuntimeError, match="no TaskQueue"):
         TaskQueue.of(Celery("other", set_as_current=False))
+
+
+def test_answered_questions_do_not_use_up_the_retries_for_lost_workers(
+    app: Celery, queue: TaskQueue
+) -> None:
+    def ask_twice(ctx: TaskContext) -> list[Any]:
+        return [ctx.request_input("first?"), ctx.request_input("second?")]
+
+    registered = register(app, ask_twice)
+    task = queue.submit("test.job")
+    execute(queue, registered, task.id)
+    queue.resume(task.id, 1)
+    execute(queue, registered, task.id)
+    queue.resume(task.id, 2)
+    assert queue.store.claim(task.id, "doomed", timedelta(milliseconds=1)) is not None
+    later = datetime.now(UTC) + timedelta(minutes=1)
+
+    reaped = queue.store.reap(later, max_attempts=3)
+
+    assert [t.status for t in reaped] == [TaskStatus.WORKING]
+    assert reaped[0].attempt == 3

@@ -528,17 +528,19 @@ class TaskStore(ABC):
         """Recover tasks whose worker died: retry them, or fail them after ``max_attempts``.
 
         A retried task stays ``working`` but unclaimed, for its job to be
-        dispatched again; a failed one gets a ``WorkerLost`` error.
+        dispatched again; a failed one gets a ``WorkerLost`` error. Only lost
+        runs count against ``max_attempts``: a run that ended in
+        ``input_required`` was not lost (see :func:`lost_runs`).
         """
         now = None if now is None else check.aware(now, "now")
         check.positive_int(max_attempts, "max_attempts")
         reaped = []
         for task in self._expired_leases(now, check.limit(limit)):
-            if task.attempt >= max_attempts:
+            if lost_runs(task) >= max_attempts:
                 error = TaskError(
                     type="WorkerLost",
-                    message=f"worker {task.worker_id} stopped renewing its lease "
-                    f"on attempt {task.attempt} of {max_attempts}",
+                    message=f"worker {task.worker_id} stopped renewing its lease; "
+                    f"{lost_runs(task)} of {max_attempts} runs lost",
                 )
                 write = self._transition(
                     OwnerScope(unscoped=True),
@@ -674,6 +676,16 @@ class TaskStore(ABC):
                 return written
             self._explain_refusal(task_id, Write(scope, from_statuses, status, fence=fence))
         raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
+
+
+def lost_runs(task: Task) -> int:
+    """How many runs of a working task were lost, counting its current one.
+
+    Every claim adds one to ``attempt``: the first run, each run after an
+    answer (``provide_input``), and each retry after a lost worker. The answers
+    are counted in ``answers``, so the rest are the first run and the retries.
+    """
+    return task.attempt - len(task.answers)
 
 
 def _statuses(

@@ -193,35 +193,43 @@ class SqlTaskStore(TaskStore):
         key: object,
         build: Callable[[], ClauseElement],
         params: dict[str, Any],
-        **intervals: timedelta,
+        *,
+        read: bool = False,
+        lease: timedelta | None = None,
     ) -> Task | None:
-        """Run a prepared single-row statement and return the task it returns.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (the connection is
-                dropped from the pool, so the next call reconnects).
-        """
-        prepared = self._prepare(key, build)
+        """Run a prepared single-row statement and return the task it returns."""
+        intervals = {} if lease is None else {"lease": lease}
         params |= self._clock_sql.params(datetime.now(UTC), **intervals)
-        with self._driver() as connection:
-            row = prepared.first(connection, params)
-        return None if row is None else _task_from(row)
+        rows = self._execute(self._prepare(key, build), params, read=read)
+        return _task_from(rows[0]) if rows else None
 
-    @contextmanager
-    def _driver(self) -> Iterator[Connection]:
-        """A connection for :class:`Prepared` statements, which raise the driver's errors.
+    def _execute(
+        self, prepared: Prepared, params: dict[str, Any], *, read: bool
+    ) -> list[dict[str, Any]]:
+        """Run a prepared statement on a pooled connection of the driver's.
+
+        When the server restarted, every pooled connection is dead: the pool is
+        emptied, and a read is tried once more on a fresh connection (a write is
+        not: it may have reached the server before the connection dropped).
 
         Raises:
-            StoreUnavailable: the database is unreachable (the connection is
-                dropped from the pool, so the next call reconnects).
+            StoreUnavailable: the database is unreachable.
         """
         dbapi = self.engine.dialect.loaded_dbapi
-        with self._transaction() as connection:
-            try:
-                yield connection
-            except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
-                connection.invalidate(exc)
-                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        tries = 2 if read else 1
+        for attempt in range(1, tries + 1):
+            with self._transaction() as connection:
+                try:
+                    return prepared.all(connection, params)
+                except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
+                    driver = connection.connection.dbapi_connection
+                    lost = self.engine.dialect.is_disconnect(exc, driver, None)
+                    connection.invalidate(exc)
+                    if lost:
+                        self.engine.pool.dispose()
+                    if not lost or attempt == tries:
+                        raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        raise AssertionError("unreachable")
 
     # -- primitives ---------------------------------------------------------
 
@@ -248,16 +256,17 @@ class SqlTaskStore(TaskStore):
         params: dict[str, Any] = {"task_id": task_id}
         if kind == "owner":
             params["owner"] = scope.owner
-        return self._run(("fetch", kind), lambda: statements.fetch_task(kind), params)
+        build = lambda: statements.fetch_task(kind)  # noqa: E731
+        return self._run(("fetch", kind), build, params, read=True)
 
     def _write(self, task_id: str, write: Write) -> Task | None:
         shape = WriteShape.of(write, announce=self._postgres and write.status in _ANNOUNCED)
         params = shape.params(task_id, write)
         for name in shape.columns:
             params[f"v_{name}"] = _column_value(params[f"v_{name}"])
-        intervals = {} if write.claim is None else {"lease": write.claim[1]}
+        lease = None if write.claim is None else write.claim[1]
         build = lambda: statements.write_task(shape, self._clock_sql)  # noqa: E731
-        return self._run(shape, build, params, **intervals)
+        return self._run(shape, build, params, lease=lease)
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         shape = PageShape(
@@ -278,8 +287,7 @@ class SqlTaskStore(TaskStore):
         if after is not None:
             params |= {"after_created_at": after.created_at, "after_id": after.task_id}
         prepared = self._prepare(shape, lambda: statements.page_tasks(shape))
-        with self._driver() as connection:
-            return [_task_from(row) for row in prepared.all(connection, params)]
+        return [_task_from(row) for row in self._execute(prepared, params, read=True)]
 
     def _delete(self, task_id: str, scope: OwnerScope) -> None:
         with self._transaction() as connection:

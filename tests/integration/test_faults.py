@@ -195,3 +195,20 @@ def test_a_message_that_arrives_while_the_database_is_down_is_not_lost(
     done = stack.wait_status(task.id, *TERMINAL, timeout=90)
     assert done.status is TaskStatus.COMPLETED, done.error
     assert stack.events_of(task.id) == ["1 run"]
+
+
+def test_a_caller_reads_right_through_a_database_restart(
+    restartable: tuple[Deployment, LoggedProcess, PostgresCluster],
+) -> None:
+    """Every pooled connection dies with the server: a read retries once on a fresh one."""
+    stack, _, database = restartable
+    store = stack.queue.store
+    tasks = [store.create("tests.count_runs") for _ in range(3)]
+    assert store.get(tasks[0].id).id == tasks[0].id
+
+    database.stop()
+    database.start()
+
+    assert store.get(tasks[1].id).id == tasks[1].id
+    assert {t.id for t in store.list(name="tests.count_runs").tasks} >= {t.id for t in tasks}
+    assert store.cancel(tasks[2].id).status is TaskStatus.CANCELLED
