@@ -31,6 +31,7 @@ from queuestore.errors import (
     StoreUnavailable,
     TaskNotFound,
 )
+from queuestore.interrupts import interrupts
 from queuestore.models import TERMINAL, Artifact, Task, TaskError, TaskStatus
 from queuestore.store.base import UNSET, Unset
 
@@ -148,7 +149,8 @@ class TaskContext:
     def _write(self, write: Callable[[], Task]) -> None:
         self.raise_if_cancelled()
         try:
-            self._task = _riding_out_outages(write, self.task_id)
+            with interrupts.deferred():
+                self._task = _riding_out_outages(write, self.task_id)
         except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
             self._stop.set()
             raise JobCancelled(self.task_id) from exc
@@ -237,19 +239,23 @@ def execute(queue: TaskQueue, registered: Job, task_id: str) -> Task | None:
     Returns None when the claim failed: the message was a duplicate, or the task
     was cancelled, parked or deleted before it started.
     """
-    worker_id = new_worker_id()
-    task = queue.store.claim(task_id, worker_id, queue.lease)
-    if task is None:
-        log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
-        return None
-    ctx = TaskContext(queue, task, worker_id)
+    interrupts.install()
     heartbeat = queue.heartbeat()
-    heartbeat.add(ctx)
+    with interrupts.deferred(then_raise=False):
+        worker_id = new_worker_id()
+        task = queue.store.claim(task_id, worker_id, queue.lease)
+        if task is None:
+            log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
+            return None
+        ctx = TaskContext(queue, task, worker_id)
+        heartbeat.add(ctx)
     try:
         outcome = _call(registered, ctx)
     finally:
-        heartbeat.discard(ctx)
-    return _record(queue, ctx, outcome)
+        with interrupts.deferred(then_raise=False):
+            heartbeat.discard(ctx)
+    with interrupts.deferred(then_raise=False):
+        return _record(queue, ctx, outcome)
 
 
 @dataclass(frozen=True)
