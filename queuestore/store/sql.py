@@ -9,7 +9,7 @@ embedded SQLite file has one process's clock at a time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +33,6 @@ from sqlalchemy import (
     or_,
     select,
     true,
-    update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql import ClauseElement
@@ -181,11 +180,16 @@ class SqlTaskStore(TaskStore):
             return (clock - literal(delta, Interval())).cast(UTCDateTime)
         return literal(_value_of(clock) - delta, UTCDateTime)
 
-    def _prepare(self, key: object, build: Callable[[], ClauseElement]) -> Prepared:
+    def _prepare(
+        self,
+        key: object,
+        build: Callable[[], ClauseElement],
+        columns: Sequence[ColumnElement[Any]] = _COLUMNS,
+    ) -> Prepared:
         """The statement for ``key``, compiled on first use for this store's dialect."""
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = self._prepared[key] = Prepared(build(), self.engine.dialect)
+            prepared = self._prepared[key] = Prepared(build(), self.engine.dialect, columns)
         return prepared
 
     def _run(
@@ -335,9 +339,13 @@ class SqlTaskStore(TaskStore):
             return [_to_task(row) for row in connection.execute(statement)]
 
     def _mark_dispatched(self, task_id: str) -> None:
-        statement = update(_T).where(_C.id == task_id).values(dispatched_at=self._clock())
-        with self._transaction() as connection:
-            connection.execute(statement)
+        prepared = self._prepare(
+            "mark_dispatched",
+            lambda: statements.mark_dispatched(self._clock_sql),
+            columns=[_C.id],
+        )
+        params = {"task_id": task_id} | self._clock_sql.params(datetime.now(UTC))
+        self._execute(prepared, params, read=False)
 
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int

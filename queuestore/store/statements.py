@@ -75,7 +75,12 @@ NOTIFY_CHANNEL = "queuestore_tasks"
 class Prepared:
     """One statement compiled for one dialect, run on the driver's own cursor."""
 
-    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+    def __init__(
+        self,
+        statement: ClauseElement,
+        dialect: Dialect,
+        columns: Sequence[ColumnElement[Any]] = COLUMNS,
+    ) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
         self.sql = compiled.string
         self._defaults: dict[str, Any] = {
@@ -86,7 +91,7 @@ class Prepared:
             name: bind.type.dialect_impl(dialect).bind_processor(dialect)
             for name, bind in compiled.binds.items()
         }
-        self._result = [(str(column.key), _result_processor(column, dialect)) for column in COLUMNS]
+        self._result = [(str(column.key), _result_processor(column, dialect)) for column in columns]
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """Run with ``params`` and return the first row as ``{column: value}``, or None."""
@@ -356,6 +361,16 @@ def extend_lease(clock: Clock) -> ClauseElement:
         )
         .values(lease_expires_at=clock.later("lease"))
         .returning(*COLUMNS)
+    )
+
+
+def mark_dispatched(clock: Clock) -> ClauseElement:
+    """Record that the message for ``:task_id``'s next run went out; returns the id."""
+    return (
+        update(TABLE)
+        .where(C.id == bindparam("task_id"))
+        .values(dispatched_at=clock.now())
+        .returning(C.id)
     )
 
 
