@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 import re
 import secrets
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Final
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 
 class TaskStatus(StrEnum):
@@ -132,6 +132,11 @@ class Task(_Record):
     """Answers given through ``resume``, in order, for ``request_input``."""
     worker_id: str | None = None
     lease_expires_at: AwareDatetime | None = None
+
+    @field_validator("created_at", "updated_at", "started_at", "finished_at", "lease_expires_at")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
 
     @property
     def is_terminal(self) -> bool:

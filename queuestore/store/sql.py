@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -59,6 +59,7 @@ _T = statements.TABLE
 _C = statements.C
 _COLUMNS = statements.COLUMNS
 NOTIFY_CHANNEL = statements.NOTIFY_CHANNEL
+_PAGE = TypeAdapter(list[Task])
 _TERMINAL_VALUES = sorted(status.value for status in TERMINAL)
 _ANNOUNCED = TERMINAL | {TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED}
 """Statuses announced on :data:`NOTIFY_CHANNEL`: the ones ``wait`` and cancels need.
@@ -290,6 +291,14 @@ class SqlTaskStore(TaskStore):
         }
         if after is not None:
             params |= {"after_created_at": after.created_at, "after_id": after.task_id}
+        if self._postgres:
+            prepared = self._prepare(
+                ("json", shape),
+                lambda: statements.page_tasks_json(shape),
+                columns=[statements.PAGE_JSON],
+            )
+            (row,) = self._execute(prepared, params, read=True)
+            return _PAGE.validate_json(row["page"])
         prepared = self._prepare(shape, lambda: statements.page_tasks(shape))
         return [_task_from(row) for row in self._execute(prepared, params, read=True)]
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     Table,
+    Text,
     bindparam,
     case,
     func,
@@ -32,7 +33,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.sql import ClauseElement, TextClause
+from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.sql import ClauseElement, Select, TextClause
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from queuestore.models import TaskStatus
@@ -256,6 +258,28 @@ def page_tasks(shape: PageShape) -> ClauseElement:
         .order_by(C.created_at.desc(), C.id.desc())
         .limit(bindparam("limit", type_=Integer()))
     )
+
+
+PAGE_JSON = literal_column("page", Text())
+"""The one column of :func:`page_tasks_json`: the page as a JSON array of tasks."""
+
+
+def page_tasks_json(shape: PageShape) -> ClauseElement:
+    """:func:`page_tasks` on PostgreSQL, as one JSON array of tasks built by the server.
+
+    Decoding 22 columns of a hundred rows into Python objects one by one costs
+    more than the query; one JSON text parsed by pydantic-core into ``Task``
+    models costs a fraction of it. The fields are named as ``Task`` names them
+    (``ttl`` in seconds).
+    """
+    rows = cast(Select[Any], page_tasks(shape)).with_only_columns(
+        *[column for column in COLUMNS if column.key != "ttl_ms"],
+        (C.ttl_ms / 1000.0).label("ttl"),
+    )
+    page = rows.subquery("page_rows")
+    newest_first = (page.c.created_at.desc(), page.c.id.desc())
+    ordered = func.json_agg(aggregate_order_by(literal_column("page_rows"), *newest_first))
+    return select(func.coalesce(ordered, literal_column("'[]'::json")).cast(Text()).label("page"))
 
 
 @dataclass(frozen=True, slots=True)
