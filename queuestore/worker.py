@@ -127,7 +127,11 @@ class TaskContext:
         """Publish an artifact; with ``append`` its parts extend the one with the same id."""
         self._write(
             lambda: self._queue.store.add_artifact(
-                self.task_id, artifact, append=append, worker_id=self.worker_id
+                self.task_id,
+                artifact,
+                append=append,
+                worker_id=self.worker_id,
+                known=self._task,
             )
         )
 

@@ -375,12 +375,16 @@ class TaskStore(ABC):
         append: bool = False,
         owner: Owner = ANY,
         worker_id: str | Unset = UNSET,
+        known: Task | None = None,
     ) -> Task:
         """Add an artifact to a live task, or replace the one with the same id.
 
         Args:
             append: extend the parts of the artifact with the same id (streamed
                 chunks) instead of replacing it.
+            known: the caller's latest copy of the task (a worker's, say). While
+                it is current the write needs no read first; when another
+                writer moved the task on, the store reads it and merges again.
 
         Raises:
             InvalidTransition: the task is terminal.
@@ -406,7 +410,9 @@ class TaskStore(ABC):
                 artifacts.append(new)
             return {"artifacts": artifacts}
 
-        return self._read_modify_write(task_id, self._scope(owner), LIVE, merged, worker_id)
+        return self._read_modify_write(
+            task_id, self._scope(owner), LIVE, merged, worker_id, known=known
+        )
 
     def provide_input(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
         """Answer a task waiting in ``input_required`` (or ``auth_required``).
@@ -655,10 +661,17 @@ class TaskStore(ABC):
         fence: str | Unset,
         *,
         status: TaskStatus | None = None,
+        known: Task | None = None,
     ) -> Task:
-        """A write computed from the current row, retried while other writers win."""
+        """A write computed from the current row, retried while other writers win.
+
+        ``known`` (a copy of the task the caller trusts to be current) spares
+        the first read; a stale copy only costs one refused write.
+        """
+        current = known if known is not None and known.id == task_id else None
         for _ in range(_RACE_RETRIES):
-            current = self._fetch(task_id, scope)
+            if current is None:
+                current = self._fetch(task_id, scope)
             if current is None:
                 raise TaskNotFound(task_id)
             write = Write(
@@ -675,6 +688,7 @@ class TaskStore(ABC):
             if written is not None:
                 return written
             self._explain_refusal(task_id, Write(scope, from_statuses, status, fence=fence))
+            current = None
         raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
 
 

@@ -136,3 +136,26 @@ def test_progress_writes_racing_cancel_never_undo_it(store: TaskStore) -> None:
         error = future.exception()
         assert error is None or isinstance(error, InvalidTransition)
     assert store.get(task.id).status == TaskStatus.CANCELLED
+
+
+def test_add_artifact_with_a_stale_known_copy_merges_onto_the_current_task(
+    store: TaskStore,
+) -> None:
+    """A writer's stale copy costs one refused write, never a lost artifact."""
+    task = store.create("job.artifacts")
+    stale = store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]))
+    store.add_artifact(task.id, Artifact(artifact_id="b", parts=[2]))
+
+    written = store.add_artifact(
+        task.id, Artifact(artifact_id="a", parts=[3]), append=True, known=stale
+    )
+
+    assert [(a.artifact_id, a.parts) for a in written.artifacts] == [("a", [1, 3]), ("b", [2])]
+    assert written.version == task.version + 3
+
+
+def test_add_artifact_with_a_current_known_copy_writes_once(store: TaskStore) -> None:
+    task = store.create("job.artifacts")
+    written = store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]), known=task)
+    assert [a.parts for a in written.artifacts] == [[1]]
+    assert written.version == task.version + 1
