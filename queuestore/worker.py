@@ -254,7 +254,8 @@ def execute(queue: TaskQueue, registered: Job, task_id: str) -> Task | None:
         ctx = TaskContext(queue, task, worker_id)
         heartbeat.add(ctx)
     try:
-        outcome = _call(registered, ctx)
+        with interrupts.running(lambda: ctx.cancelled):
+            outcome = _call(registered, ctx)
     finally:
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(ctx)

@@ -1,4 +1,4 @@
-"""A prefork revoke's SIGUSR1 is held back while a run is inside a store call."""
+"""A prefork revoke's SIGUSR1 is held back inside store calls and dropped once redundant."""
 
 from __future__ import annotations
 
@@ -34,12 +34,19 @@ def test_install_takes_over_billiards_handler(interrupts: Interrupts) -> None:
     assert signal.getsignal(signal.SIGUSR1) == interrupts._handle
 
 
-def test_outside_a_deferred_block_the_signal_interrupts_at_once(interrupts: Interrupts) -> None:
+def test_outside_a_run_billiards_handler_still_answers(interrupts: Interrupts) -> None:
     with pytest.raises(SoftTimeLimitExceeded):
         _signal_self()
 
 
-def test_inside_a_deferred_block_the_signal_is_raised_when_the_block_ends(
+def test_in_a_run_outside_store_calls_the_signal_interrupts_at_once(
+    interrupts: Interrupts,
+) -> None:
+    with interrupts.running(lambda: False), pytest.raises(SoftTimeLimitExceeded):
+        _signal_self()
+
+
+def test_inside_a_store_call_the_signal_is_raised_when_the_call_returns(
     interrupts: Interrupts,
 ) -> None:
     reached = []
@@ -49,12 +56,14 @@ def test_inside_a_deferred_block_the_signal_is_raised_when_the_block_ends(
             _signal_self()
             reached.append("the store call finished")
 
-    with pytest.raises(SoftTimeLimitExceeded):
+    with interrupts.running(lambda: False), pytest.raises(SoftTimeLimitExceeded):
         store_call()
     assert reached == ["the store call finished"]
 
 
-def test_nested_blocks_raise_only_when_the_outermost_ends(interrupts: Interrupts) -> None:
+def test_nested_store_calls_raise_only_when_the_outermost_returns(
+    interrupts: Interrupts,
+) -> None:
     reached = []
 
     def nested() -> None:
@@ -63,12 +72,33 @@ def test_nested_blocks_raise_only_when_the_outermost_ends(interrupts: Interrupts
                 _signal_self()
             reached.append("after the inner block")
 
-    with pytest.raises(SoftTimeLimitExceeded):
+    with interrupts.running(lambda: False), pytest.raises(SoftTimeLimitExceeded):
         nested()
     assert reached == ["after the inner block"]
 
 
 def test_a_block_that_drops_the_signal_does_not_raise(interrupts: Interrupts) -> None:
-    with interrupts.deferred(then_raise=False):
+    with interrupts.running(lambda: False), interrupts.deferred(then_raise=False):
         _signal_self()
     time.sleep(0.05)  # nothing is left pending to surface later either
+
+
+def test_a_run_that_already_knows_it_is_cancelled_is_not_interrupted_again(
+    interrupts: Interrupts,
+) -> None:
+    cleanup = []
+    with interrupts.running(lambda: True):
+        _signal_self()
+        cleanup.append("the job's cleanup ran to its end")
+    assert cleanup == ["the job's cleanup ran to its end"]
+
+
+def test_only_the_first_signal_of_a_run_is_delivered(interrupts: Interrupts) -> None:
+    cleanup = []
+    with interrupts.running(lambda: False):
+        try:
+            _signal_self()
+        except SoftTimeLimitExceeded:
+            _signal_self()  # a second revoke lands in the job's cleanup
+            cleanup.append("the cleanup was not interrupted")
+    assert cleanup == ["the cleanup was not interrupted"]
