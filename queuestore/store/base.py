@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Final, Literal
@@ -80,7 +80,8 @@ class Write:
 
     The backend applies it atomically only if the row is visible in ``scope``,
     its status is in ``from_statuses``, its version equals ``expected_version``
-    (when given) and its ``worker_id`` equals ``fence`` (when given). It then
+    (when given), its ``worker_id`` equals ``fence`` (when given) and its
+    ``lease_expires_at`` equals ``expected_lease`` (when given). It then
     sets ``updated_at`` from its clock and adds one to ``version``.
 
     Attributes:
@@ -99,6 +100,7 @@ class Write:
     values: Mapping[str, Any] = field(default_factory=dict)
     expected_version: int | None = None
     fence: str | Unset | None = UNSET
+    expected_lease: datetime | None = None
     claim: tuple[str, timedelta] | None = None
     release: bool = False
     mark_started: bool = False
@@ -533,7 +535,9 @@ class TaskStore(ABC):
     ) -> builtins.list[Task]:
         """Recover tasks whose worker died: retry them, or fail them after ``max_attempts``.
 
-        A retried task stays ``working`` but unclaimed, for its job to be
+        Each write is conditioned on the lease it found expired, so a worker
+        that renews it meanwhile keeps its task. A retried task stays
+        ``working`` but unclaimed, for its job to be
         dispatched again; a failed one gets a ``WorkerLost`` error. Only lost
         runs count against ``max_attempts``: a run that ended in
         ``input_required`` was not lost (see :func:`lost_runs`).
@@ -548,12 +552,15 @@ class TaskStore(ABC):
                     message=f"worker {task.worker_id} stopped renewing its lease; "
                     f"{lost_runs(task)} of {max_attempts} runs lost",
                 )
-                write = self._transition(
-                    OwnerScope(unscoped=True),
-                    TaskStatus.FAILED,
-                    {"error": error},
-                    expected_version=task.version,
-                    fence=task.worker_id,
+                write = replace(
+                    self._transition(
+                        OwnerScope(unscoped=True),
+                        TaskStatus.FAILED,
+                        {"error": error},
+                        expected_version=task.version,
+                        fence=task.worker_id,
+                    ),
+                    expected_lease=task.lease_expires_at,
                 )
             else:
                 write = Write(
@@ -561,6 +568,7 @@ class TaskStore(ABC):
                     from_statuses=frozenset({TaskStatus.WORKING}),
                     expected_version=task.version,
                     fence=task.worker_id,
+                    expected_lease=task.lease_expires_at,
                     values={"status_message": f"retrying: worker {task.worker_id} was lost"},
                     release=True,
                 )

@@ -292,6 +292,7 @@ class WriteShape:
     scope: str
     versioned: bool
     fence: str
+    leased: bool
     claim: bool
     release: bool
     mark_started: bool
@@ -311,6 +312,7 @@ class WriteShape:
             scope=scope_kind(write.scope),
             versioned=write.expected_version is not None,
             fence=fence,
+            leased=write.expected_lease is not None,
             claim=write.claim is not None,
             release=write.release,
             mark_started=write.mark_started,
@@ -328,6 +330,8 @@ class WriteShape:
             params["expected_version"] = write.expected_version
         if self.fence == "worker":
             params["fence"] = write.fence
+        if self.leased:
+            params["expected_lease"] = write.expected_lease
         if write.claim is not None:
             params["worker"] = write.claim[0]
         return params
@@ -365,6 +369,8 @@ def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
         conditions.append(C.worker_id.is_(None))
     elif shape.fence == "worker":
         conditions.append(C.worker_id == bindparam("fence", type_=C.worker_id.type))
+    if shape.leased:
+        conditions.append(C.lease_expires_at == bindparam("expected_lease", type_=UTCDateTime))
     statement = update(TABLE).where(*conditions).values(values).returning(*COLUMNS)
     if not shape.announce:
         return statement

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -159,3 +160,22 @@ def test_add_artifact_with_a_current_known_copy_writes_once(store: TaskStore) ->
     written = store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]), known=task)
     assert [a.parts for a in written.artifacts] == [[1]]
     assert written.version == task.version + 1
+
+
+def test_a_lease_renewed_after_the_reaper_looked_keeps_its_task(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper's write is conditioned on the very lease it found expired."""
+    task = store.create("job.lease")
+    store.claim(task.id, "worker-1", timedelta(milliseconds=1))
+    seen_expired = []
+    deadline = time.monotonic() + 5
+    while not seen_expired and time.monotonic() < deadline:
+        seen_expired = store._expired_leases(None, 10)
+    assert [t.id for t in seen_expired] == [task.id]
+    store.heartbeat(task.id, "worker-1", timedelta(minutes=5))
+    monkeypatch.setattr(store, "_expired_leases", lambda now, limit: seen_expired)
+
+    assert store.reap() == []
+    kept = store.get(task.id)
+    assert (kept.status, kept.worker_id) == (TaskStatus.WORKING, "worker-1")
