@@ -90,7 +90,7 @@ def tasks_list(
 
 @tasks.command("show")
 def tasks_show(task_id: str, url: UrlOption = None) -> None:
-    """Print one task as JSON."""
+    """Print one task as JSON (put -- before an id that starts with -)."""
     try:
         task = _store(url).get(task_id)
     except QueueStoreError as exc:
@@ -101,7 +101,10 @@ def tasks_show(task_id: str, url: UrlOption = None) -> None:
 
 @tasks.command("cancel")
 def tasks_cancel(task_id: str, url: UrlOption = None, reason: str | None = None) -> None:
-    """Cancel a task in the store (its worker stops at its next write or heartbeat)."""
+    """Cancel a task in the store; its worker stops at its next write or heartbeat.
+
+    Put -- before an id that starts with -.
+    """
     try:
         task = _store(url).cancel(task_id, reason=reason)
     except QueueStoreError as exc:

@@ -44,15 +44,16 @@ def test_tasks_commands_show_list_and_cancel(database_url: str) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
     store = SqlTaskStore(database_url)
-    task = store.create("cli.job", {"n": 1}, owner="alice")
+    task = store.create("cli.job", {"n": 1}, owner="alice", task_id="-starts-with-a-dash")
     listed = runner.invoke(app, ["tasks", "list", "--url", database_url])
     assert task.id in listed.output
-    shown = runner.invoke(app, ["tasks", "show", task.id, "--url", database_url])
+    # Ids may start with "-" (url-safe base64): "--" ends the options.
+    shown = runner.invoke(app, ["tasks", "show", "--url", database_url, "--", task.id])
     assert '"owner": "alice"' in shown.output
-    cancelled = runner.invoke(app, ["tasks", "cancel", task.id, "--url", database_url])
+    cancelled = runner.invoke(app, ["tasks", "cancel", "--url", database_url, "--", task.id])
     assert cancelled.exit_code == 0, cancelled.output
     assert store.get(task.id).status == "cancelled"
-    again = runner.invoke(app, ["tasks", "cancel", task.id, "--url", database_url])
+    again = runner.invoke(app, ["tasks", "cancel", "--url", database_url, "--", task.id])
     assert again.exit_code == 1
     assert "cancelled" in again.output
     missing = runner.invoke(app, ["tasks", "show", "nope", "--url", database_url])
