@@ -26,13 +26,11 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
-    false,
     func,
     literal,
     make_url,
     or_,
     select,
-    true,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql import ClauseElement
@@ -204,7 +202,7 @@ class SqlTaskStore(TaskStore):
     ) -> Task | None:
         """Run a prepared single-row statement and return the task it returns."""
         intervals = {} if lease is None else {"lease": lease}
-        params |= self._clock_sql.params(datetime.now(UTC), **intervals)
+        params |= self._clock_sql.params(**intervals)
         rows = self._execute(self._prepare(key, build), params, read=read)
         return _task_from(rows[0]) if rows else None
 
@@ -258,9 +256,7 @@ class SqlTaskStore(TaskStore):
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
         kind = statements.scope_kind(scope)
-        params: dict[str, Any] = {"task_id": task_id}
-        if kind == "owner":
-            params["owner"] = scope.owner
+        params = {"task_id": task_id, "owner": scope.owner}
         build = lambda: statements.fetch_task(kind)  # noqa: E731
         return self._run(("fetch", kind), build, params, read=True)
 
@@ -303,8 +299,9 @@ class SqlTaskStore(TaskStore):
         return [_task_from(row) for row in self._execute(prepared, params, read=True)]
 
     def _delete(self, task_id: str, scope: OwnerScope) -> None:
-        with self._transaction() as connection:
-            connection.execute(delete(_T).where(_C.id == task_id, _scoped(scope)))
+        kind = statements.scope_kind(scope)
+        prepared = self._prepare(("delete", kind), lambda: statements.delete_task(kind), [_C.id])
+        self._execute(prepared, {"task_id": task_id, "owner": scope.owner}, read=False)
 
     def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
         if self._postgres:
@@ -353,7 +350,7 @@ class SqlTaskStore(TaskStore):
             lambda: statements.mark_dispatched(self._clock_sql),
             columns=[_C.id],
         )
-        params = {"task_id": task_id} | self._clock_sql.params(datetime.now(UTC))
+        params = {"task_id": task_id} | self._clock_sql.params()
         self._execute(prepared, params, read=False)
 
     def _undispatched(
@@ -420,15 +417,6 @@ def _autocommit(engine: Engine) -> bool:
     if level is None:
         level = getattr(engine.dialect, "_on_connect_isolation_level", None)
     return level == "AUTOCOMMIT"
-
-
-def _scoped(scope: OwnerScope) -> ColumnElement[bool]:
-    """The owner filter as a predicate inside the query, so it applies before any limit."""
-    if scope.unscoped:
-        return true()
-    if scope.nobody:
-        return false()
-    return _C.owner.is_(None) if scope.owner is None else _C.owner == scope.owner
 
 
 def _column_value(value: Any) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     bindparam,
     case,
+    delete,
     func,
     insert,
     literal_column,
@@ -150,10 +151,11 @@ class Clock:
             return func.now() + bindparam(name, type_=Interval())
         return bindparam(f"{name}_at", type_=UTCDateTime)
 
-    def params(self, now: datetime, **intervals: timedelta) -> dict[str, Any]:
-        """The parameters :meth:`now` and :meth:`later` need."""
+    def params(self, **intervals: timedelta) -> dict[str, Any]:
+        """The parameters :meth:`now` and :meth:`later` need (none but intervals on PostgreSQL)."""
         if self.database_clock:
             return dict(intervals)
+        now = datetime.now(UTC)
         return {"now": now} | {f"{name}_at": now + delta for name, delta in intervals.items()}
 
     def expiry(self) -> ColumnElement[Any]:
@@ -216,6 +218,11 @@ def insert_task(clock: Clock) -> ClauseElement:
         "version": literal_column("1"),
     }
     return insert(TABLE).values(values).returning(*COLUMNS)
+
+
+def delete_task(kind: str) -> ClauseElement:
+    """Delete ``:task_id`` if visible in a scope of ``kind``; returns the id deleted."""
+    return delete(TABLE).where(C.id == bindparam("task_id"), scoped(kind)).returning(C.id)
 
 
 def fetch_task(kind: str) -> ClauseElement:
