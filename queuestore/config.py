@@ -57,6 +57,10 @@ class Settings(BaseSettings):
 
     lease: Duration = timedelta(seconds=30)
     heartbeat_interval: Duration = timedelta(seconds=1)
+    report_interval: Duration = Field(
+        timedelta(milliseconds=200),
+        description="How often a job's progress and artifacts are written; 0: at once.",
+    )
     max_attempts: int = Field(3, ge=1)
     terminate_on_cancel: bool = True
 
@@ -111,6 +115,7 @@ class Settings(BaseSettings):
             app,
             lease=self.lease,
             heartbeat_interval=self.heartbeat_interval,
+            report_interval=self.report_interval,
             max_attempts=self.max_attempts,
             terminate_on_cancel=self.terminate_on_cancel,
             dispatch_grace=self.dispatch_grace,

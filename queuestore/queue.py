@@ -48,6 +48,10 @@ class TaskQueue:
         lease: how long a run holds its task without a heartbeat before the
             reaper may give it to another worker.
         heartbeat_interval: how often a running job renews its lease.
+        report_interval: how often a running job's progress, message and
+            artifacts are written, batched, by the worker's heartbeat thread;
+            whatever is left goes with the outcome. Zero writes each report
+            before the job's call returns.
         max_attempts: runs a task gets when its workers keep dying.
         terminate_on_cancel: send ``revoke(terminate=True, signal="SIGUSR1")``
             on cancel, which interrupts a job on the prefork pool at once (it
@@ -67,6 +71,7 @@ class TaskQueue:
         *,
         lease: timedelta = timedelta(seconds=30),
         heartbeat_interval: timedelta = timedelta(seconds=1),
+        report_interval: timedelta = timedelta(milliseconds=200),
         max_attempts: int = 3,
         terminate_on_cancel: bool = True,
         dispatch_grace: timedelta = timedelta(seconds=10),
@@ -74,10 +79,13 @@ class TaskQueue:
     ) -> None:
         if heartbeat_interval >= lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
+        if not timedelta(0) <= report_interval < lease:
+            raise ValueError("report_interval must be zero or more, and shorter than the lease")
         self.store = store
         self.app = app
         self.lease = lease
         self.heartbeat_interval = heartbeat_interval
+        self.report_interval = report_interval
         self.max_attempts = max_attempts
         self.terminate_on_cancel = terminate_on_cancel
         self.dispatch_grace = dispatch_grace

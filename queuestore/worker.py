@@ -23,6 +23,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import JsonValue
 
+from queuestore import validation as check
 from queuestore.errors import (
     InvalidTaskData,
     InvalidTransition,
@@ -65,9 +66,16 @@ class InputRequested(BaseException):
 class TaskContext:
     """What a running job sees of its task, and how it reports back.
 
-    Every write is a compare-and-set fenced by this run's lease: when the task
-    was cancelled (or reassigned after a lost lease) the write raises
-    :class:`JobCancelled` and the job stops.
+    Reports (:meth:`progress`, :meth:`set_message`, :meth:`add_artifact`) are
+    checked at once and written in batches: at most every
+    ``TaskQueue.report_interval``, by the worker's heartbeat thread, and
+    finally together with the job's outcome, so a job never waits on the
+    database to report. Each batch is one compare-and-set fenced by this run's
+    lease; :meth:`flush` writes the batch now. With a ``report_interval`` of
+    zero every report is written before the call returns.
+
+    When the task was cancelled (or reassigned after a lost lease) the next
+    report or :meth:`raise_if_cancelled` raises :class:`JobCancelled`.
     """
 
     def __init__(self, queue: TaskQueue, task: Task, worker_id: str) -> None:
@@ -76,6 +84,15 @@ class TaskContext:
         self.worker_id = worker_id
         self._stop = threading.Event()
         self._questions = 0
+        self._interval = queue.report_interval.total_seconds()
+        # What the job reported and no write carried yet, guarded by _state.
+        self._state = threading.Lock()
+        self._values: dict[str, Any] = {}
+        self._artifacts: list[tuple[Artifact, bool]] = []
+        self._refused: InvalidTaskData | None = None
+        # One write at a time (the job's thread or the heartbeat's), in order.
+        self._writing = threading.Lock()
+        self._written_at = time.monotonic()
 
     @property
     def task(self) -> Task:
@@ -108,32 +125,41 @@ class TaskContext:
             raise JobCancelled(self.task_id)
 
     def progress(self, fraction: float | None, message: str | Unset | None = UNSET) -> None:
-        """Report how far the job got (0..1), optionally with a status message."""
-        self._write(
-            lambda: self._queue.store.update(
-                self.task_id, progress=fraction, status_message=message, worker_id=self.worker_id
-            )
-        )
+        """Report how far the job got (0..1), optionally with a status message.
+
+        Raises:
+            InvalidTaskData: ``fraction`` is not within 0..1, or the message is invalid.
+        """
+        values: dict[str, Any] = {"progress": check.progress(fraction)}
+        if message is not UNSET:
+            values["status_message"] = check.message(message)
+        self._report(values)
 
     def set_message(self, message: str | None) -> None:
-        """Set the human-readable status message."""
-        self._write(
-            lambda: self._queue.store.update(
-                self.task_id, status_message=message, worker_id=self.worker_id
-            )
-        )
+        """Set the human-readable status message.
+
+        Raises:
+            InvalidTaskData: the message is invalid.
+        """
+        self._report({"status_message": check.message(message)})
 
     def add_artifact(self, artifact: Artifact | Mapping[str, Any], *, append: bool = False) -> None:
-        """Publish an artifact; with ``append`` its parts extend the one with the same id."""
-        self._write(
-            lambda: self._queue.store.add_artifact(
-                self.task_id,
-                artifact,
-                append=append,
-                worker_id=self.worker_id,
-                known=self._task,
-            )
-        )
+        """Publish an artifact; with ``append`` its parts extend the one with the same id.
+
+        Raises:
+            InvalidTaskData: the artifact is invalid or over the payload limit.
+        """
+        checked = check.artifact(artifact, self._queue.store.max_payload_bytes)
+        self._report({}, (checked, append))
+
+    def flush(self) -> None:
+        """Write what the job reported and was not written yet, before returning.
+
+        Raises:
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        self.raise_if_cancelled()
+        self._write_now()
 
     def request_input(self, prompt: str) -> JsonValue:
         """Ask the caller a question and return the answer.
@@ -150,14 +176,75 @@ class TaskContext:
             return self._task.answers[index]
         raise InputRequested(prompt)
 
-    def _write(self, write: Callable[[], Task]) -> None:
+    def _report(
+        self, values: dict[str, Any], artifact: tuple[Artifact, bool] | None = None
+    ) -> None:
         self.raise_if_cancelled()
+        with self._state:
+            refused, self._refused = self._refused, None
+            if refused is None:
+                self._values.update(values)
+                if artifact is not None:
+                    self._artifacts.append(artifact)
+        if refused is not None:
+            # A batch the heartbeat wrote was refused (appended parts outgrew the limit).
+            raise refused
+        if self._interval <= 0:
+            self._write_now()
+
+    def _write_now(self) -> None:
         try:
             with interrupts.deferred():
-                self._task = _riding_out_outages(write, self.task_id)
+                _riding_out_outages(self._write, self.task_id)
         except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
             self._stop.set()
             raise JobCancelled(self.task_id) from exc
+
+    def _write(self, **outcome: Any) -> Task:
+        """Write the reports not written yet, with ``outcome`` (status and values) if given.
+
+        What was taken for the write is put back when the store is unreachable,
+        so a later write carries it; any other failure drops it.
+        """
+        with self._writing:
+            with self._state:
+                values, artifacts = self._values, self._artifacts
+                self._values, self._artifacts = {}, []
+            if not values and not artifacts and not outcome:
+                return self._task
+            try:
+                task = self._queue.store.report(
+                    self.task_id,
+                    self.worker_id,
+                    known=self._task,
+                    artifacts=artifacts,
+                    **(values | outcome),
+                )
+            except StoreUnavailable:
+                with self._state:
+                    self._values = values | self._values
+                    self._artifacts = artifacts + self._artifacts
+                raise
+            self._task = task
+            self._written_at = time.monotonic()
+            return task
+
+    def _write_if_due(self, now: float) -> None:
+        """Write pending reports that waited ``report_interval`` (the heartbeat calls it)."""
+        if self._interval <= 0 or now - self._written_at < self._interval:
+            return
+        with self._state:
+            if not self._values and not self._artifacts:
+                return
+        try:
+            self._write()
+        except (InvalidTransition, LeaseLost, TaskNotFound):
+            self._stop.set()
+        except InvalidTaskData as exc:
+            with self._state:
+                self._refused = exc
+        except StoreUnavailable as exc:
+            log.warning("reports of task %s kept for the next write: %s", self.task_id, exc)
 
     def _observe(self, task: Task) -> None:
         """Take note of the task as the heartbeat saw it."""
@@ -334,17 +421,19 @@ def _riding_out_outages(write: Callable[[], T], task_id: str) -> T:
 
 
 def _write_outcome(queue: TaskQueue, ctx: TaskContext, outcome: _Outcome) -> Task | None:
-    store = queue.store
+    """Write the outcome together with the reports the job made since the last write."""
     try:
-        return store.update(
-            ctx.task_id, status=outcome.status, worker_id=ctx.worker_id, **outcome.values
-        )
-    except InvalidTaskData as exc:
-        # The job returned something the store refuses (not JSON, too large).
-        error = TaskError(type="InvalidTaskData", message=str(exc))
-        return store.update(
-            ctx.task_id, status=TaskStatus.FAILED, error=error, worker_id=ctx.worker_id
-        )
+        try:
+            with ctx._state:
+                refused, ctx._refused = ctx._refused, None
+            if refused is not None and outcome.status is not TaskStatus.FAILED:
+                # Reports the heartbeat could not write: the job would have seen this error.
+                raise refused
+            return ctx._write(status=outcome.status, **outcome.values)
+        except InvalidTaskData as exc:
+            # The job returned or reported something the store refuses (not JSON, too large).
+            error = TaskError(type="InvalidTaskData", message=str(exc))
+            return ctx._write(status=TaskStatus.FAILED, error=error)
     except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
         log.info("task %s changed under its run (%s); outcome dropped", ctx.task_id, exc)
     return None
@@ -354,7 +443,8 @@ class Heartbeat:
     """One thread per worker process that keeps the leases of running jobs alive.
 
     It extends each lease every ``interval`` and, between beats, listens to the
-    store's status changes so that a cancel reaches the job at once.
+    store's status changes so that a cancel reaches the job at once. While jobs
+    run it also writes their reports every ``report_interval``.
     """
 
     def __init__(self, queue: TaskQueue) -> None:
@@ -394,17 +484,25 @@ class Heartbeat:
         self, listen: Callable[[float], list[tuple[str, TaskStatus]]], interval: float
     ) -> None:
         next_beat = 0.0
+        report_every = self._queue.report_interval.total_seconds()
         while True:
             now = time.monotonic()
             if now >= next_beat:
                 self._beat()
                 next_beat = now + interval
-            for task_id, status in listen(max(next_beat - time.monotonic(), 0.0)):
+            with self._lock:
+                running = list(self._running.values())
+            wake = next_beat
+            if running and report_every > 0:
+                for ctx in running:
+                    ctx._write_if_due(now)
+                wake = min(wake, time.monotonic() + report_every)
+            for task_id, status in listen(max(wake - time.monotonic(), 0.0)):
                 if status in TERMINAL:
                     with self._lock:
-                        ctx = self._running.get(task_id)
-                    if ctx is not None:
-                        ctx._stop.set()
+                        stopped = self._running.get(task_id)
+                    if stopped is not None:
+                        stopped._stop.set()
 
     def _beat(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from queuestore import (
     InMemoryTaskStore,
     InvalidTaskData,
     InvalidTransition,
+    StoreUnavailable,
     TaskContext,
     TaskQueue,
     TaskStatus,
@@ -220,6 +221,7 @@ def test_a_write_after_cancel_stops_the_job_and_the_task_stays_cancelled(
         queue.cancel(ctx.task_id, reason="user asked")
         try:
             ctx.progress(0.5)
+            ctx.flush()
         finally:
             reached.append("finally")
         reached.append("after the write")
@@ -311,6 +313,7 @@ def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
         assert [t.id for t in reaped] == [ctx.task_id]
         try:
             ctx.progress(0.9)
+            ctx.flush()
         except BaseException as signal:
             outcome.append(type(signal).__name__)
             raise
@@ -426,3 +429,189 @@ def test_answered_questions_do_not_use_up_the_retries_for_lost_workers(
 
     assert [t.status for t in reaped] == [TaskStatus.WORKING]
     assert reaped[0].attempt == 3
+
+
+# -- batched reports --------------------------------------------------------
+
+
+class CountedReports:
+    """Wraps ``store.report`` to count the writes a run makes, and fail some on purpose."""
+
+    def __init__(self, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.unavailable = 0
+        real = queue.store.report
+
+        def report(task_id: str, worker_id: str, **kwargs: Any) -> Any:
+            if self.unavailable:
+                self.unavailable -= 1
+                raise StoreUnavailable("database restarting")
+            self.calls.append(kwargs)
+            return real(task_id, worker_id, **kwargs)
+
+        monkeypatch.setattr(queue.store, "report", report)
+
+
+@pytest.fixture
+def reports(queue: TaskQueue, monkeypatch: pytest.MonkeyPatch) -> CountedReports:
+    return CountedReports(queue, monkeypatch)
+
+
+def test_a_short_job_writes_its_reports_with_its_outcome_in_one_write(
+    app: Celery, queue: TaskQueue, reports: CountedReports
+) -> None:
+    def call(ctx: TaskContext) -> str:
+        ctx.progress(0.25, "reading")
+        ctx.add_artifact(Artifact(artifact_id="log", parts=["a"]), append=True)
+        ctx.add_artifact(Artifact(artifact_id="log", parts=["b"]), append=True)
+        ctx.add_artifact(Artifact(artifact_id="summary", parts=["draft"]))
+        ctx.add_artifact(Artifact(artifact_id="summary", parts=["final"]))
+        ctx.set_message("almost")
+        return "done"
+
+    task = queue.submit("test.job")
+    done = execute(queue, register(app, call), task.id)
+
+    assert done is not None
+    assert len(reports.calls) == 1
+    assert reports.calls[0]["status"] is TaskStatus.COMPLETED
+    assert done.status is TaskStatus.COMPLETED
+    assert [(a.artifact_id, a.parts) for a in done.artifacts] == [
+        ("log", ["a", "b"]),
+        ("summary", ["final"]),
+    ]
+    assert done.progress == 1.0
+    assert done.status_message == "almost"
+    assert done.version == task.version + 2  # the claim, then one write
+
+
+def test_the_heartbeat_writes_reports_while_the_job_runs(
+    app: Celery, queue: TaskQueue, reports: CountedReports
+) -> None:
+    seen: list[float | None] = []
+
+    def call(ctx: TaskContext) -> None:
+        ctx.progress(0.4)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            stored = queue.store.get(ctx.task_id)
+            if stored.progress == 0.4:
+                seen.append(stored.progress)
+                break
+            time.sleep(0.01)
+
+    queue.report_interval = timedelta(milliseconds=50)
+    task = queue.submit("test.job")
+    execute(queue, register(app, call), task.id)
+    assert seen == [0.4]
+    assert reports.calls[0]["progress"] == 0.4
+    assert "status" not in reports.calls[0]
+
+
+def test_with_a_zero_interval_each_report_is_written_before_the_call_returns(
+    app: Celery, queue: TaskQueue, reports: CountedReports
+) -> None:
+    seen: list[Any] = []
+
+    def call(ctx: TaskContext) -> None:
+        ctx.progress(0.3)
+        seen.append(queue.store.get(ctx.task_id).progress)
+        ctx.add_artifact(Artifact(artifact_id="out", parts=["x"]))
+        seen.append(len(queue.store.get(ctx.task_id).artifacts))
+
+    queue.report_interval = timedelta(0)
+    task = queue.submit("test.job")
+    execute(queue, register(app, call), task.id)
+    assert seen == [0.3, 1]
+    assert len(reports.calls) == 3
+
+
+def test_flush_writes_now_and_raises_once_the_task_was_cancelled(
+    app: Celery, queue: TaskQueue
+) -> None:
+    seen: list[Any] = []
+
+    def call(ctx: TaskContext) -> None:
+        ctx.add_artifact(Artifact(artifact_id="out", parts=["x"]))
+        ctx.flush()
+        seen.append(len(queue.store.get(ctx.task_id).artifacts))
+        queue.cancel(ctx.task_id)
+        ctx.progress(0.5)  # kept: the run does not know yet
+        seen.append("reported")
+        ctx.flush()
+        seen.append("never")
+
+    task = queue.submit("test.job")
+    execute(queue, register(app, call), task.id)
+    assert seen == [1, "reported"]
+    stored = queue.store.get(task.id)
+    assert stored.status is TaskStatus.CANCELLED
+    assert stored.progress is None
+
+
+def test_a_bad_report_raises_at_the_call_and_is_not_kept(app: Celery, queue: TaskQueue) -> None:
+    caught: list[str | None] = []
+
+    def call(ctx: TaskContext) -> str:
+        for bad in (lambda: ctx.progress(1.5), lambda: ctx.add_artifact({"parts": "no"})):
+            try:
+                bad()
+            except InvalidTaskData as exc:
+                caught.append(exc.field)
+        ctx.progress(0.5)
+        return "ok"
+
+    task = queue.submit("test.job")
+    done = execute(queue, register(app, call), task.id)
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED
+    assert done.artifacts == []
+    assert caught == ["progress", "artifact"]
+
+
+def test_appended_parts_that_outgrow_the_limit_fail_the_task_with_invalid_task_data(
+    app: Celery, published: Published
+) -> None:
+    queue = TaskQueue(InMemoryTaskStore(max_payload_bytes=2000), app)
+
+    def call(ctx: TaskContext) -> str:
+        for _ in range(3):
+            ctx.add_artifact(Artifact(artifact_id="big", parts=["x" * 900]), append=True)
+        return "never stored"
+
+    task = queue.submit("test.job")
+    done = execute(queue, register(app, call), task.id)
+    assert done is not None
+    assert done.status is TaskStatus.FAILED
+    assert done.error is not None
+    assert done.error.type == "InvalidTaskData"
+    assert done.result is None
+    assert done.artifacts == []
+
+
+def test_reports_survive_a_store_outage_during_a_heartbeat_write(
+    app: Celery, queue: TaskQueue, reports: CountedReports
+) -> None:
+    def call(ctx: TaskContext) -> str:
+        reports.unavailable = 1
+        ctx.add_artifact(Artifact(artifact_id="out", parts=["kept"]))
+        deadline = time.monotonic() + 5
+        while reports.unavailable and time.monotonic() < deadline:
+            time.sleep(0.01)  # the heartbeat's write fails once, then...
+        while not queue.store.get(ctx.task_id).artifacts and time.monotonic() < deadline:
+            time.sleep(0.01)  # ...the next one carries the artifact
+        ctx.add_artifact(Artifact(artifact_id="out2", parts=["also"]))
+        return "ok"
+
+    queue.report_interval = timedelta(milliseconds=20)
+    task = queue.submit("test.job")
+    done = execute(queue, register(app, call), task.id)
+    assert done is not None
+    assert [a.artifact_id for a in done.artifacts] == ["out", "out2"]
+
+
+def test_report_interval_must_be_shorter_than_the_lease(app: Celery) -> None:
+    with pytest.raises(ValueError, match="report_interval"):
+        TaskQueue(InMemoryTaskStore(), app, report_interval=timedelta(seconds=30))
+    with pytest.raises(ValueError, match="report_interval"):
+        TaskQueue(InMemoryTaskStore(), app, report_interval=timedelta(seconds=-1))

@@ -394,26 +394,16 @@ class TaskStore(ABC):
             TaskNotFound: no such task visible to ``owner``.
         """
         task_id = check.task_id(task_id)
-        new = check.artifact(artifact, self.max_payload_bytes)
+        changes = [(check.artifact(artifact, self.max_payload_bytes), append)]
         if worker_id is not UNSET:
             check.worker_id(worker_id)
-
-        def merged(task: Task) -> dict[str, Any]:
-            artifacts = list(task.artifacts)
-            for index, old in enumerate(artifacts):
-                if old.artifact_id == new.artifact_id:
-                    if append:
-                        combined = old.model_copy(update={"parts": [*old.parts, *new.parts]})
-                        artifacts[index] = check.artifact(combined, self.max_payload_bytes)
-                    else:
-                        artifacts[index] = new
-                    break
-            else:
-                artifacts.append(new)
-            return {"artifacts": artifacts}
-
         return self._read_modify_write(
-            task_id, self._scope(owner), LIVE, merged, worker_id, known=known
+            task_id,
+            self._scope(owner),
+            LIVE,
+            lambda task: {"artifacts": self._merged(task.artifacts, changes)},
+            worker_id,
+            known=known,
         )
 
     def provide_input(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
@@ -577,6 +567,74 @@ class TaskStore(ABC):
                 reaped.append(written)
         return reaped
 
+    def report(
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        known: Task | None = None,
+        artifacts: Iterable[tuple[Artifact | Mapping[str, Any], bool]] = (),
+        status: TaskStatus | str | None = None,
+        status_message: str | Unset | None = UNSET,
+        progress: float | Unset | None = UNSET,
+        result: Any = UNSET,
+        error: TaskError | Mapping[str, Any] | Unset | None = UNSET,
+    ) -> Task:
+        """A run's reports since its last write, and its outcome if it ended, as one write.
+
+        It is a compare-and-set fenced by the run's lease, like :meth:`update`,
+        that also applies ``artifacts`` in order: each ``(artifact, append)``
+        as :meth:`add_artifact` would. A worker batches what its job reported
+        this way (see ``TaskQueue.report_interval``).
+
+        Args:
+            known: the run's latest copy of the task; with artifacts to merge
+                it spares the read first (a stale copy costs one refused write).
+
+        Raises:
+            InvalidTaskData: a value or an artifact is invalid, or appended
+                parts outgrow the payload limit; nothing is written.
+            InvalidTransition: the task is no longer live, or ``status`` is not
+                reachable from its status.
+            LeaseLost: ``worker_id`` no longer holds the task.
+            TaskNotFound: the task is gone.
+        """
+        task_id = check.task_id(task_id)
+        check.worker_id(worker_id)
+        changes = [
+            (check.artifact(artifact, self.max_payload_bytes), bool(append))
+            for artifact, append in artifacts
+        ]
+        values: dict[str, Any] = {}
+        if status_message is not UNSET:
+            values["status_message"] = check.message(status_message)
+        if progress is not UNSET:
+            values["progress"] = check.progress(progress)
+        if result is not UNSET:
+            values["result"] = check.json_value(result, "result", self.max_payload_bytes)
+        if error is not UNSET:
+            values["error"] = check.error(error, self.max_payload_bytes)
+        target = None if status is None else check.status(status)
+        scope = OwnerScope(unscoped=True)
+        write = self._transition(scope, target, values, fence=worker_id)
+        if not changes:
+            return self._apply(task_id, write)
+        current = known if known is not None and known.id == task_id else None
+        for _ in range(_RACE_RETRIES):
+            if current is None:
+                current = self._fetch(task_id, scope)
+            if current is None:
+                raise TaskNotFound(task_id)
+            merged = {**values, "artifacts": self._merged(current.artifacts, changes)}
+            written = self._write(
+                task_id, replace(write, values=merged, expected_version=current.version)
+            )
+            if written is not None:
+                return written
+            self._explain_refusal(task_id, write)
+            current = None
+        raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
+
     def mark_dispatched(self, task_id: str) -> None:
         """Record that the message for the task's next run was published."""
         self._mark_dispatched(check.task_id(task_id))
@@ -630,6 +688,28 @@ class TaskStore(ABC):
             mark_started=target is TaskStatus.WORKING,
             mark_finished=target in TERMINAL,
         )
+
+    def _merged(
+        self, artifacts: Iterable[Artifact], changes: Iterable[tuple[Artifact, bool]]
+    ) -> builtins.list[Artifact]:
+        """``artifacts`` after each ``(artifact, append)`` change, in order.
+
+        A change replaces the artifact with the same id, or extends its parts
+        when ``append``; an artifact with a new id is added at the end.
+        """
+        result = builtins.list(artifacts)
+        for new, append in changes:
+            for index, old in enumerate(result):
+                if old.artifact_id == new.artifact_id:
+                    if append:
+                        combined = old.model_copy(update={"parts": [*old.parts, *new.parts]})
+                        result[index] = check.artifact(combined, self.max_payload_bytes)
+                    else:
+                        result[index] = new
+                    break
+            else:
+                result.append(new)
+        return result
 
     def _apply(self, task_id: str, write: Write) -> Task:
         """Run a write, explaining a refusal with the error that fits the current row."""

@@ -8,6 +8,7 @@ import pytest
 
 from queuestore import (
     Artifact,
+    InvalidTaskData,
     InvalidTransition,
     LeaseLost,
     Task,
@@ -221,3 +222,107 @@ def test_reap_takes_at_most_limit_tasks(store: TaskStore) -> None:
 
     assert len(expire(store, latest, limit=2)) == 2
     assert len(expire(store, latest, limit=2)) == 1
+
+
+# -- report: a run's batched write ------------------------------------------
+
+
+def test_report_applies_values_and_artifact_changes_in_order_as_one_write(
+    store: TaskStore,
+) -> None:
+    task = claimed(store, store.create("x.y").id)
+    store.add_artifact(task.id, Artifact(artifact_id="log", parts=["0"]), worker_id="w1")
+    known = store.get(task.id)
+
+    written = store.report(
+        task.id,
+        "w1",
+        known=known,
+        artifacts=[
+            (Artifact(artifact_id="log", parts=["1"]), True),
+            (Artifact(artifact_id="new", parts=["draft"]), False),
+            ({"artifact_id": "log", "parts": ["2"]}, True),
+            (Artifact(artifact_id="new", parts=["final"]), False),
+        ],
+        progress=0.5,
+        status_message="half",
+    )
+
+    assert [(a.artifact_id, a.parts) for a in written.artifacts] == [
+        ("log", ["0", "1", "2"]),
+        ("new", ["final"]),
+    ]
+    assert (written.progress, written.status_message) == (0.5, "half")
+    assert written.version == known.version + 1
+    assert written.status is TaskStatus.WORKING
+    assert written.worker_id == "w1"
+
+
+def test_report_with_an_outcome_finishes_the_task_and_releases_the_lease(
+    store: TaskStore,
+) -> None:
+    task = claimed(store, store.create("x.y").id)
+
+    done = store.report(
+        task.id,
+        "w1",
+        known=task,
+        artifacts=[(Artifact(artifact_id="out", parts=[1]), False)],
+        status="completed",
+        result={"ok": True},
+        progress=1.0,
+    )
+
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"ok": True}
+    assert done.finished_at is not None
+    assert (done.worker_id, done.lease_expires_at) == (None, None)
+    assert [a.artifact_id for a in done.artifacts] == ["out"]
+
+
+def test_report_with_a_stale_copy_merges_into_the_current_artifacts(store: TaskStore) -> None:
+    task = claimed(store, store.create("x.y").id)
+    store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]), worker_id="w1")
+
+    written = store.report(
+        task.id, "w1", known=task, artifacts=[(Artifact(artifact_id="a", parts=[2]), True)]
+    )
+
+    assert written.artifacts[0].parts == [1, 2]
+
+
+@pytest.mark.parametrize("artifacts", [[], [(Artifact(artifact_id="a"), False)]])
+def test_report_is_fenced_by_the_lease_and_refused_once_cancelled(
+    store: TaskStore, artifacts: list[tuple[Artifact, bool]]
+) -> None:
+    task = claimed(store, store.create("x.y").id)
+
+    with pytest.raises(LeaseLost):
+        store.report(task.id, "w2", known=task, artifacts=artifacts, progress=0.1)
+    store.cancel(task.id)
+    with pytest.raises(InvalidTransition):
+        store.report(task.id, "w1", known=task, artifacts=artifacts, progress=0.1)
+    with pytest.raises(TaskNotFound):
+        store.report("no-such-task", "w1", artifacts=artifacts, progress=0.1)
+    assert store.get(task.id).progress is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"progress": 2.0},
+        {"status_message": "a\x00b"},
+        {"artifacts": [({"parts": "not a list"}, False)]},
+        {"status": "finished"},
+        {"result": {1, 2}},
+    ],
+)
+def test_report_refuses_bad_input_and_writes_nothing(
+    store: TaskStore, bad: dict[str, object]
+) -> None:
+    task = claimed(store, store.create("x.y").id)
+    good = {"artifacts": [(Artifact(artifact_id="ok"), False)], "progress": 0.5}
+
+    with pytest.raises(InvalidTaskData):
+        store.report(task.id, "w1", known=task, **(good | bad))  # type: ignore[arg-type]
+    assert store.get(task.id) == task
