@@ -615,3 +615,55 @@ def test_report_interval_must_be_shorter_than_the_lease(app: Celery) -> None:
         TaskQueue(InMemoryTaskStore(), app, report_interval=timedelta(seconds=30))
     with pytest.raises(ValueError, match="report_interval"):
         TaskQueue(InMemoryTaskStore(), app, report_interval=timedelta(seconds=-1))
+
+
+# -- dispatch marks ---------------------------------------------------------
+
+
+def test_submit_marks_the_task_dispatched_in_the_background(app: Celery, queue: TaskQueue) -> None:
+    queue.dispatch_marks.interval = 3600  # only a full batch or a flush writes
+    queue.dispatch_marks.batch_size = 3
+    first = [queue.submit("test.job") for _ in range(2)]
+    assert {t.id for t in queue.store.undispatched(timedelta(0))} == {t.id for t in first}
+
+    queue.submit("test.job")  # the third fills a batch: the thread writes it at once
+    deadline = time.monotonic() + 5
+    while queue.store.undispatched(timedelta(0)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queue.store.undispatched(timedelta(0)) == []
+
+
+def test_a_mark_written_after_the_task_moved_on_does_not_hide_it_from_the_sweep(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    queue.dispatch_marks.interval = 3600
+    task = queue.submit("test.job")
+    claimed = queue.store.claim(task.id, "w1", timedelta(seconds=1))
+    assert claimed is not None
+    assert claimed.lease_expires_at is not None
+    queue.store.reap(claimed.lease_expires_at + timedelta(seconds=1))  # released: needs a message
+
+    queue.dispatch_marks.flush()  # the late mark of the first message
+
+    queue.dispatch_grace = timedelta(0)
+    assert queue.sweep() == 1
+    assert [m["task_id"] for m in published.messages] == [task.id, task.id]
+
+
+def test_dispatch_marks_wait_out_a_store_outage(
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.dispatch_marks.interval = 3600
+    task = queue.submit("test.job")
+    real = queue.store.mark_dispatched_many
+    monkeypatch.setattr(
+        queue.store,
+        "mark_dispatched_many",
+        lambda marks: (_ for _ in ()).throw(StoreUnavailable("restarting")),
+    )
+    queue.dispatch_marks.flush()
+    monkeypatch.setattr(queue.store, "mark_dispatched_many", real)
+    assert [t.id for t in queue.store.undispatched(timedelta(0))] == [task.id]
+
+    queue.dispatch_marks.flush()
+    assert queue.store.undispatched(timedelta(0)) == []

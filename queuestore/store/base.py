@@ -12,7 +12,7 @@ import builtins
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -195,8 +195,11 @@ class TaskStore(ABC):
         """Working tasks whose lease ran out before ``now`` (the backend's clock if None)."""
 
     @abstractmethod
-    def _mark_dispatched(self, task_id: str) -> None:
-        """Record that a message for the task's next run was published."""
+    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+        """Record that messages were published: ``(task_id, version)`` pairs.
+
+        A pair with a version marks the task only while it is at that version.
+        """
 
     @abstractmethod
     def _undispatched(
@@ -635,9 +638,29 @@ class TaskStore(ABC):
             current = None
         raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
 
-    def mark_dispatched(self, task_id: str) -> None:
-        """Record that the message for the task's next run was published."""
-        self._mark_dispatched(check.task_id(task_id))
+    def mark_dispatched(self, task_id: str, *, version: int | None = None) -> None:
+        """Record that the message for the task's next run was published.
+
+        Args:
+            version: mark the task only while it is still at this version, the
+                one the message was published for.
+        """
+        if version is not None:
+            check.positive_int(version, "version")
+        self._mark_dispatched([(check.task_id(task_id), version)])
+
+    def mark_dispatched_many(self, tasks: Iterable[tuple[str, int]]) -> None:
+        """:meth:`mark_dispatched` for many ``(task_id, version)`` pairs, in one write.
+
+        A task whose version moved on since its message went out (claimed,
+        released, cancelled) is left alone.
+        """
+        marks: builtins.list[tuple[str, int | None]] = [
+            (check.task_id(task_id), check.positive_int(version, "version"))
+            for task_id, version in tasks
+        ]
+        if marks:
+            self._mark_dispatched(marks)
 
     def undispatched(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -154,10 +154,13 @@ class InMemoryTaskStore(TaskStore):
                 and task.lease_expires_at < now
             ][:limit]
 
-    def _mark_dispatched(self, task_id: str) -> None:
+    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
         with self._changed:
-            if task_id in self._tasks:
-                self._dispatched[task_id] = self._now()
+            now = self._now()
+            for task_id, version in marks:
+                task = self._tasks.get(task_id)
+                if task is not None and version in (None, task.version):
+                    self._dispatched[task_id] = now
 
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int

@@ -31,6 +31,8 @@ from sqlalchemy import (
     make_url,
     or_,
     select,
+    tuple_,
+    update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql import ClauseElement
@@ -52,6 +54,9 @@ from queuestore.store.schema import UTCDateTime
 from queuestore.store.statements import Clock, PageShape, Prepared, WriteShape
 
 log = logging.getLogger(__name__)
+
+_MARK_BATCH = 500
+"""Dispatch marks per statement, which keeps its parameters few."""
 
 _T = statements.TABLE
 _C = statements.C
@@ -344,14 +349,28 @@ class SqlTaskStore(TaskStore):
         with self._transaction() as connection:
             return [_to_task(row) for row in connection.execute(statement)]
 
-    def _mark_dispatched(self, task_id: str) -> None:
-        prepared = self._prepare(
-            "mark_dispatched",
-            lambda: statements.mark_dispatched(self._clock_sql),
-            columns=[_C.id],
-        )
-        params = {"task_id": task_id} | self._clock_sql.params()
-        self._execute(prepared, params, read=False)
+    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+        if len(marks) == 1 and marks[0][1] is None:
+            prepared = self._prepare(
+                "mark_dispatched",
+                lambda: statements.mark_dispatched(self._clock_sql),
+                columns=[_C.id],
+            )
+            params = {"task_id": marks[0][0]} | self._clock_sql.params()
+            self._execute(prepared, params, read=False)
+            return
+        for start in range(0, len(marks), _MARK_BATCH):
+            batch = marks[start : start + _MARK_BATCH]
+            versioned = [(task_id, version) for task_id, version in batch if version is not None]
+            plain = [task_id for task_id, version in batch if version is None]
+            which = []
+            if versioned:
+                which.append(tuple_(_C.id, _C.version).in_(versioned))
+            if plain:
+                which.append(_C.id.in_(plain))
+            statement = update(_T).where(or_(*which)).values(dispatched_at=self._clock())
+            with self._transaction() as connection:
+                connection.execute(statement)
 
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int

@@ -12,6 +12,7 @@ import pytest
 from queuestore import (
     UNSET,
     Artifact,
+    InvalidTaskData,
     InvalidTransition,
     TaskConflict,
     TaskError,
@@ -429,3 +430,46 @@ def test_created_at_follows_creation_order(store: TaskStore) -> None:
 
     stamps = [task.created_at for task in tasks]
     assert stamps == sorted(stamps)
+
+
+def test_mark_dispatched_many_marks_only_tasks_still_at_the_published_version(
+    store: TaskStore,
+) -> None:
+    waiting = store.create("x.y")
+    moved_on = store.create("x.y")
+    unknown = ("missing", 1)
+    store.update(moved_on.id, metadata={"changed": True})
+
+    store.mark_dispatched_many(
+        [(waiting.id, waiting.version), (moved_on.id, moved_on.version), unknown]
+    )
+
+    assert [t.id for t in store.undispatched(timedelta(0))] == [moved_on.id]
+
+
+def test_mark_dispatched_with_a_version_is_a_no_op_once_the_task_moved_on(
+    store: TaskStore,
+) -> None:
+    task = store.create("x.y")
+    store.update(task.id, metadata={"changed": True})
+
+    store.mark_dispatched(task.id, version=task.version)
+    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+    store.mark_dispatched(task.id, version=task.version + 1)
+    assert store.undispatched(timedelta(0)) == []
+
+
+def test_mark_dispatched_many_takes_large_batches(store: TaskStore) -> None:
+    tasks = [store.create("x.y") for _ in range(1200)]
+
+    store.mark_dispatched_many((t.id, t.version) for t in tasks)
+
+    assert store.undispatched(timedelta(0), limit=10) == []
+
+
+def test_mark_dispatched_many_refuses_bad_pairs_and_marks_nothing(store: TaskStore) -> None:
+    task = store.create("x.y")
+
+    with pytest.raises(InvalidTaskData):
+        store.mark_dispatched_many([(task.id, task.version), (task.id, 0)])
+    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
