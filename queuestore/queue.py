@@ -402,6 +402,28 @@ def _skipped_in_outage(name: str, run: Callable[[], int]) -> int:
         return 0
 
 
+class _NoRevokeBookkeepingWithoutBackend(logging.Filter):
+    """Drops Celery's warning that a revoke could not be stored without a result backend.
+
+    Since Celery 5.6 every worker that receives a revoke broadcast records it in
+    the result backend (celery/celery#9869); with results disabled, as queuestore
+    runs Celery, each cancel then logs a warning on every worker. The store is
+    where a cancel is recorded, so that one warning (NotImplementedError from the
+    disabled backend) is dropped; a real backend's failures are still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (
+            record.msg == "Failed to mark task %s as revoked in backend: %s"
+            and len(args) == 2
+            and isinstance(args[1], NotImplementedError)
+        )
+
+
+_REVOKE_FILTER = _NoRevokeBookkeepingWithoutBackend()
+
+
 def _register_maintenance(app: Celery) -> None:
     from celery.signals import worker_process_init
 
@@ -425,6 +447,7 @@ def _register_maintenance(app: Celery) -> None:
         if queue is not None:
             queue.store.after_fork()
 
+    logging.getLogger("celery.worker.control").addFilter(_REVOKE_FILTER)  # a repeat is ignored
     app.task(name=JANITOR_TASK, ignore_result=True, shared=False)(janitor)
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
     app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)

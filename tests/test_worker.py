@@ -7,6 +7,7 @@ own; tests/integration runs the same flow through real worker processes.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -667,3 +668,16 @@ def test_dispatch_marks_wait_out_a_store_outage(
 
     queue.dispatch_marks.flush()
     assert queue.store.undispatched(timedelta(0)) == []
+
+
+def test_celerys_revoke_bookkeeping_warning_is_dropped_only_for_a_disabled_backend(
+    queue: TaskQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    control = logging.getLogger("celery.worker.control")
+    message = "Failed to mark task %s as revoked in backend: %s"
+    with caplog.at_level(logging.WARNING, logger="celery.worker.control"):
+        control.warning(message, "t1", NotImplementedError("No result backend is configured."))
+        control.warning(message, "t2", ConnectionError("backend down"))
+        control.warning("Terminating %s (%s)", "t3", 10)
+
+    assert [record.args[0] for record in caplog.records] == ["t2", "t3"]  # type: ignore[index]

@@ -174,6 +174,8 @@ def test_cancel_while_submitted_means_the_body_never_runs(stack: Stack) -> None:
     assert final.status is TaskStatus.CANCELLED
     assert final.started_at is None
     assert final.attempt == 0
+    # Celery >= 5.6 tries to record each revoke in the (disabled) result backend.
+    assert "as revoked in backend" not in stack.worker.text()
 
 
 def _handled(worker: LoggedProcess, task_id: str) -> bool:

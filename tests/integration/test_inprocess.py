@@ -89,6 +89,7 @@ def session_queue(celery_session_app: Celery, probe: Probe) -> Iterator[TaskQueu
             chunk = Artifact(artifact_id="report", name=f"{topic}.md", parts=[f"part {number}"])
             ctx.add_artifact(chunk, append=True)
             ctx.progress(number / 4)
+        ctx.flush()  # reports are batched; ctx.task shows what was written
         return {"topic": topic, "attempt": ctx.attempt, "seen": ctx.task.progress}
 
     @job(celery_session_app, name="inproc.loop")
