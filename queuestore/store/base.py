@@ -347,15 +347,7 @@ class TaskStore(ABC):
             TaskNotFound: no such task visible to ``owner``.
         """
         task_id = check.task_id(task_id)
-        values: dict[str, Any] = {}
-        if status_message is not UNSET:
-            values["status_message"] = check.message(status_message)
-        if progress is not UNSET:
-            values["progress"] = check.progress(progress)
-        if result is not UNSET:
-            values["result"] = check.json_value(result, "result", self.max_payload_bytes)
-        if error is not UNSET:
-            values["error"] = check.error(error, self.max_payload_bytes)
+        values = self._checked_values(status_message, progress, result, error)
         if metadata is not UNSET:
             values["metadata"] = check.json_object(metadata, "metadata", self.max_payload_bytes)
         if expected_version is not None:
@@ -402,10 +394,8 @@ class TaskStore(ABC):
             check.worker_id(worker_id)
         return self._read_modify_write(
             task_id,
-            self._scope(owner),
-            LIVE,
+            Write(scope=self._scope(owner), from_statuses=LIVE, fence=worker_id),
             lambda task: {"artifacts": self._merged(task.artifacts, changes)},
-            worker_id,
             known=known,
         )
 
@@ -421,13 +411,17 @@ class TaskStore(ABC):
         """
         task_id = check.task_id(task_id)
         answer = check.json_value(answer, "answer", self.max_payload_bytes)
+        resumed = Write(
+            scope=self._scope(owner),
+            from_statuses=_PARKED,
+            status=TaskStatus.WORKING,
+            release=True,
+            mark_started=True,
+        )
         return self._read_modify_write(
             task_id,
-            self._scope(owner),
-            _PARKED,
+            resumed,
             lambda task: {"answers": [*task.answers, answer], "status_message": None},
-            UNSET,
-            status=TaskStatus.WORKING,
         )
 
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
@@ -608,35 +602,17 @@ class TaskStore(ABC):
             (check.artifact(artifact, self.max_payload_bytes), bool(append))
             for artifact, append in artifacts
         ]
-        values: dict[str, Any] = {}
-        if status_message is not UNSET:
-            values["status_message"] = check.message(status_message)
-        if progress is not UNSET:
-            values["progress"] = check.progress(progress)
-        if result is not UNSET:
-            values["result"] = check.json_value(result, "result", self.max_payload_bytes)
-        if error is not UNSET:
-            values["error"] = check.error(error, self.max_payload_bytes)
+        values = self._checked_values(status_message, progress, result, error)
         target = None if status is None else check.status(status)
-        scope = OwnerScope(unscoped=True)
-        write = self._transition(scope, target, values, fence=worker_id)
+        write = self._transition(OwnerScope(unscoped=True), target, values, fence=worker_id)
         if not changes:
             return self._apply(task_id, write)
-        current = known if known is not None and known.id == task_id else None
-        for _ in range(_RACE_RETRIES):
-            if current is None:
-                current = self._fetch(task_id, scope)
-            if current is None:
-                raise TaskNotFound(task_id)
-            merged = {**values, "artifacts": self._merged(current.artifacts, changes)}
-            written = self._write(
-                task_id, replace(write, values=merged, expected_version=current.version)
-            )
-            if written is not None:
-                return written
-            self._explain_refusal(task_id, write)
-            current = None
-        raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
+        return self._read_modify_write(
+            task_id,
+            write,
+            lambda task: {"artifacts": self._merged(task.artifacts, changes)},
+            known=known,
+        )
 
     def mark_dispatched(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
@@ -712,6 +688,25 @@ class TaskStore(ABC):
             mark_finished=target in TERMINAL,
         )
 
+    def _checked_values(
+        self,
+        status_message: str | Unset | None,
+        progress: float | Unset | None,
+        result: Any,
+        error: TaskError | Mapping[str, Any] | Unset | None,
+    ) -> dict[str, Any]:
+        """The given values of a write, validated, keyed by ``Task`` field."""
+        values: dict[str, Any] = {}
+        if status_message is not UNSET:
+            values["status_message"] = check.message(status_message)
+        if progress is not UNSET:
+            values["progress"] = check.progress(progress)
+        if result is not UNSET:
+            values["result"] = check.json_value(result, "result", self.max_payload_bytes)
+        if error is not UNSET:
+            values["error"] = check.error(error, self.max_payload_bytes)
+        return values
+
     def _merged(
         self, artifacts: Iterable[Artifact], changes: Iterable[tuple[Artifact, bool]]
     ) -> builtins.list[Artifact]:
@@ -766,39 +761,33 @@ class TaskStore(ABC):
     def _read_modify_write(
         self,
         task_id: str,
-        scope: OwnerScope,
-        from_statuses: frozenset[TaskStatus],
+        write: Write,
         change: Callable[[Task], Mapping[str, Any]],
-        fence: str | Unset,
         *,
-        status: TaskStatus | None = None,
         known: Task | None = None,
     ) -> Task:
-        """A write computed from the current row, retried while other writers win.
+        """``write`` plus values computed from the current row, retried while others win.
 
-        ``known`` (a copy of the task the caller trusts to be current) spares
-        the first read; a stale copy only costs one refused write.
+        Each try is ``write`` with ``change(current)`` added to its values,
+        conditioned on the version it was computed from. ``known`` (a copy of
+        the task the caller trusts to be current) spares the first read; a
+        stale copy only costs one refused write.
         """
         current = known if known is not None and known.id == task_id else None
         for _ in range(_RACE_RETRIES):
             if current is None:
-                current = self._fetch(task_id, scope)
+                current = self._fetch(task_id, write.scope)
             if current is None:
                 raise TaskNotFound(task_id)
-            write = Write(
-                scope=scope,
-                from_statuses=from_statuses,
-                status=status,
-                values=change(current),
+            attempt = replace(
+                write,
+                values={**write.values, **change(current)},
                 expected_version=current.version,
-                fence=fence,
-                release=status is TaskStatus.WORKING,
-                mark_started=status is TaskStatus.WORKING,
             )
-            written = self._write(task_id, write)
+            written = self._write(task_id, attempt)
             if written is not None:
                 return written
-            self._explain_refusal(task_id, Write(scope, from_statuses, status, fence=fence))
+            self._explain_refusal(task_id, write)
             current = None
         raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
 
