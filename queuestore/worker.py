@@ -180,7 +180,8 @@ class TaskContext:
         self, values: dict[str, Any], artifact: tuple[Artifact, bool] | None = None
     ) -> None:
         self.raise_if_cancelled()
-        with self._state:
+        # A revoke's signal must not land while the heartbeat's lock is held.
+        with interrupts.deferred(), self._state:
             refused, self._refused = self._refused, None
             if refused is None:
                 self._values.update(values)
