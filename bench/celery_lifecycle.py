@@ -353,6 +353,10 @@ class Bench:
                     f"round {number}/{rounds}: queuestore {results['queuestore'][-1]:7.1f}/s  "
                     f"bare {results['bare'][-1]:7.1f}/s  db-backend {results['db'][-1]:7.1f}/s"
                 )
+        except BaseException:
+            for worker in workers:
+                console.print(f"[red]worker {worker.target} said:[/]\n{worker.output()[-3000:]}")
+            raise
         finally:
             for worker in workers:
                 worker.stop()

@@ -94,7 +94,9 @@ def _noop() -> None:
 
 
 bare_app = _celery("bench_bare", BARE_QUEUE, task_ignore_result=True)
-bare_app.task(name="bench.noop", ignore_result=True, acks_late=True)(_noop)
+# shared=False: both apps name their task bench.noop; a shared task would be
+# added to every app, and which one won (results stored or not) varied by run.
+bare_app.task(name="bench.noop", ignore_result=True, acks_late=True, shared=False)(_noop)
 
 db_app = _celery(
     "bench_db",
@@ -102,7 +104,7 @@ db_app = _celery(
     task_ignore_result=False,
     result_backend=os.environ.get("BENCH_RESULT_BACKEND", "db+sqlite:///bench-results.db"),
 )
-db_app.task(name="bench.noop", ignore_result=False, acks_late=True)(_noop)
+db_app.task(name="bench.noop", ignore_result=False, acks_late=True, shared=False)(_noop)
 
 
 # -- worker plumbing --------------------------------------------------------
