@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from harness import Deployment, LoggedProcess, build_deployment, wait_for
 
-from queuestore import TERMINAL, InvalidTransition, TaskQueue, TaskStatus
+from queuestore import TERMINAL, InvalidTransition, Task, TaskQueue, TaskStatus
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +88,33 @@ def test_submit_runs_the_job_to_completed_with_result_and_streamed_artifacts(
     assert done.started_at is not None
     assert done.finished_at is not None
     assert done.created_at <= done.started_at <= done.finished_at
+
+
+def test_streamed_chunks_are_visible_while_the_job_still_runs(stack: Stack) -> None:
+    # Reports are batched: the worker's heartbeat thread writes them every
+    # report_interval, so a reader sees the stream grow before the outcome.
+    queue = stack.queue
+    task = queue.submit("examples.research", {"topic": "eels", "sections": 8, "pause": 0.4})
+
+    def midway() -> Task | None:
+        seen = queue.store.get(task.id)
+        running = seen.status is TaskStatus.WORKING
+        parts = len(seen.artifacts[0].parts) if seen.artifacts else 0
+        return seen if running and 2 <= parts < 8 else None
+
+    partial = wait_for(
+        midway,
+        timeout=30,
+        what="chunks written while the job runs",
+        logs=stack.deployment.processes,
+    )
+
+    assert partial.artifacts[0].parts[:2] == ["Section 1 on eels.", "Section 2 on eels."]
+    assert partial.progress is not None
+    assert 0 < partial.progress < 1
+    done = stack.deployment.wait_status(task.id, *TERMINAL)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert len(done.artifacts[0].parts) == 8
 
 
 def test_an_exception_in_the_job_fails_the_task_with_its_error(stack: Stack) -> None:
