@@ -15,7 +15,8 @@ from typing import Any
 from queuestore.models import Artifact, Task, TaskError, TaskPage, TaskStatus
 from queuestore.owner import ANY, Owner
 from queuestore.queue import TaskQueue
-from queuestore.store.base import UNSET, TaskStore, Unset
+from queuestore.store.base import TaskStore
+from queuestore.store.rules import UNSET, Unset
 
 
 class AsyncTaskStore:

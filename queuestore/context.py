@@ -25,7 +25,7 @@ from queuestore.errors import (
 )
 from queuestore.interrupts import interrupts
 from queuestore.models import Artifact, Task, TaskStatus
-from queuestore.store.base import UNSET, Unset
+from queuestore.store.rules import UNSET, Unset
 
 if TYPE_CHECKING:
     from queuestore.queue import TaskQueue

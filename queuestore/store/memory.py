@@ -12,13 +12,13 @@ from queuestore.cursor import CursorKey
 from queuestore.errors import TaskConflict
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
-from queuestore.store.base import (
+from queuestore.store.base import TaskStore
+from queuestore.store.rules import (
     UNSET,
     Listener,
     ListQuery,
     NewTask,
     StatusChange,
-    TaskStore,
     Write,
 )
 

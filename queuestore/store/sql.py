@@ -42,12 +42,12 @@ from queuestore.errors import StoreUnavailable, TaskConflict
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store import statements
-from queuestore.store.base import (
+from queuestore.store.base import TaskStore
+from queuestore.store.rules import (
     Listener,
     ListQuery,
     NewTask,
     StatusChange,
-    TaskStore,
     Write,
 )
 from queuestore.store.schema import UTCDateTime

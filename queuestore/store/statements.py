@@ -40,7 +40,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from queuestore.models import TaskStatus
 from queuestore.owner import OwnerScope
-from queuestore.store.base import UNSET, Write
+from queuestore.store.rules import UNSET, Write
 from queuestore.store.schema import TaskRow, UTCDateTime
 
 TABLE = cast(Table, TaskRow.__table__)

@@ -1,0 +1,225 @@
+"""The worker protocol: how a worker claims a task, keeps it, reports on it and loses it.
+
+These verbs are part of every :class:`~queuestore.store.base.TaskStore`; they
+live apart from the callers' verbs because only workers, the reaper and the
+dispatcher use them.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from queuestore import validation as check
+from queuestore.errors import (
+    InvalidTaskData,
+    TaskNotFound,
+)
+from queuestore.models import (
+    Artifact,
+    Task,
+    TaskError,
+    TaskStatus,
+)
+from queuestore.owner import OwnerScope
+from queuestore.store.rules import _PENDING_STATUSES, UNSET, StoreCore, Unset, Write
+
+
+class WorkerProtocol(StoreCore):
+    """Claim, heartbeat, report and reap: a run's life under a lease, and the outbox marks."""
+
+    def claim(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
+        """Take an unclaimed task for one run: ``working``, leased to ``worker_id``.
+
+        Returns None when the task is claimed, parked, terminal or gone: the
+        message that asked for this run is a duplicate and should be dropped.
+        """
+        write = Write(
+            scope=OwnerScope(unscoped=True),
+            from_statuses=_PENDING_STATUSES,
+            status=TaskStatus.WORKING,
+            fence=None,
+            claim=(check.worker_id(worker_id), _lease(lease)),
+            mark_started=True,
+        )
+        return self._write(check.task_id(task_id), write)
+
+    def heartbeat(self, task_id: str, worker_id: str, lease: timedelta) -> Task:
+        """Extend the lease and return the task, so the worker sees a cancel.
+
+        The lease is extended only while ``worker_id`` holds a ``working`` task;
+        otherwise the task is returned unchanged and the worker should stop.
+
+        Raises:
+            TaskNotFound: the task was deleted.
+        """
+        task_id = check.task_id(task_id)
+        task = self._extend_lease(task_id, check.worker_id(worker_id), _lease(lease))
+        if task is None:
+            task = self._fetch(task_id, OwnerScope(unscoped=True))
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    def reap(
+        self, now: datetime | None = None, *, max_attempts: int = 3, limit: int = 100
+    ) -> builtins.list[Task]:
+        """Recover tasks whose worker died: retry them, or fail them after ``max_attempts``.
+
+        Each write is conditioned on the lease it found expired, so a worker
+        that renews it meanwhile keeps its task. A retried task stays
+        ``working`` but unclaimed, for its job to be
+        dispatched again; a failed one gets a ``WorkerLost`` error. Only lost
+        runs count against ``max_attempts``: a run that ended in
+        ``input_required`` was not lost (see :func:`lost_runs`).
+        """
+        now = None if now is None else check.aware(now, "now")
+        check.positive_int(max_attempts, "max_attempts")
+        reaped = []
+        for task in self._expired_leases(now, check.limit(limit)):
+            if lost_runs(task) >= max_attempts:
+                error = TaskError(
+                    type="WorkerLost",
+                    message=f"worker {task.worker_id} stopped renewing its lease; "
+                    f"{lost_runs(task)} of {max_attempts} runs lost",
+                )
+                write = replace(
+                    self._transition(
+                        OwnerScope(unscoped=True),
+                        TaskStatus.FAILED,
+                        {"error": error},
+                        expected_version=task.version,
+                        fence=task.worker_id,
+                    ),
+                    expected_lease=task.lease_expires_at,
+                )
+            else:
+                write = Write(
+                    scope=OwnerScope(unscoped=True),
+                    from_statuses=frozenset({TaskStatus.WORKING}),
+                    expected_version=task.version,
+                    fence=task.worker_id,
+                    expected_lease=task.lease_expires_at,
+                    values={"status_message": f"retrying: worker {task.worker_id} was lost"},
+                    release=True,
+                )
+            written = self._write(task.id, write)
+            if written is not None:
+                reaped.append(written)
+        return reaped
+
+    def report(
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        known: Task | None = None,
+        artifacts: Iterable[tuple[Artifact | Mapping[str, Any], bool]] = (),
+        status: TaskStatus | str | None = None,
+        status_message: str | Unset | None = UNSET,
+        progress: float | Unset | None = UNSET,
+        result: Any = UNSET,
+        error: TaskError | Mapping[str, Any] | Unset | None = UNSET,
+    ) -> Task:
+        """A run's reports since its last write, and its outcome if it ended, as one write.
+
+        It is a compare-and-set fenced by the run's lease, like :meth:`update`,
+        that also applies ``artifacts`` in order: each ``(artifact, append)``
+        as :meth:`add_artifact` would. A worker batches what its job reported
+        this way (see ``TaskQueue.report_interval``).
+
+        Args:
+            known: the run's latest copy of the task; with artifacts to merge
+                it spares the read first (a stale copy costs one refused write).
+
+        Raises:
+            InvalidTaskData: a value or an artifact is invalid, or appended
+                parts outgrow the payload limit; nothing is written.
+            InvalidTransition: the task is no longer live, or ``status`` is not
+                reachable from its status.
+            LeaseLost: ``worker_id`` no longer holds the task.
+            TaskNotFound: the task is gone.
+        """
+        task_id = check.task_id(task_id)
+        check.worker_id(worker_id)
+        changes = [
+            (check.artifact(artifact, self.max_payload_bytes), bool(append))
+            for artifact, append in artifacts
+        ]
+        values = self._checked_values(status_message, progress, result, error)
+        target = None if status is None else check.status(status)
+        write = self._transition(OwnerScope(unscoped=True), target, values, fence=worker_id)
+        if not changes:
+            return self._apply(task_id, write)
+        return self._read_modify_write(
+            task_id,
+            write,
+            lambda task: {"artifacts": self._merged(task.artifacts, changes)},
+            known=known,
+        )
+
+    def mark_dispatched(self, task_id: str, *, version: int | None = None) -> None:
+        """Record that the message for the task's next run was published.
+
+        Args:
+            version: mark the task only while it is still at this version, the
+                one the message was published for.
+        """
+        if version is not None:
+            check.positive_int(version, "version")
+        self._mark_dispatched([(check.task_id(task_id), version)])
+
+    def mark_dispatched_many(self, tasks: Iterable[tuple[str, int]]) -> None:
+        """:meth:`mark_dispatched` for many ``(task_id, version)`` pairs, in one write.
+
+        A task whose version moved on since its message went out (claimed,
+        released, cancelled) is left alone.
+        """
+        marks: builtins.list[tuple[str, int | None]] = [
+            (check.task_id(task_id), check.positive_int(version, "version"))
+            for task_id, version in tasks
+        ]
+        if marks:
+            self._mark_dispatched(marks)
+
+    def undispatched(
+        self,
+        older_than: timedelta,
+        *,
+        redispatch_after: timedelta | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Task]:
+        """Unclaimed tasks whose message never went out, oldest first.
+
+        Args:
+            older_than: skip tasks written more recently, which ``submit`` may
+                still be publishing.
+            redispatch_after: also return tasks published this long ago and
+                still unclaimed, whose message a broker may have lost (a worker
+                killed with prefetched messages on a broker that does not
+                redeliver). A duplicate message is harmless: the claim drops it.
+        """
+        return self._undispatched(
+            check.ttl(older_than) or timedelta(0),
+            None if redispatch_after is None else check.ttl(redispatch_after),
+            check.limit(limit),
+        )
+
+
+def lost_runs(task: Task) -> int:
+    """How many runs of a working task were lost, counting its current one.
+
+    Every claim adds one to ``attempt``: the first run, each run after an
+    answer (``provide_input``), and each retry after a lost worker. The answers
+    are counted in ``answers``, so the rest are the first run and the retries.
+    """
+    return task.attempt - len(task.answers)
+
+
+def _lease(value: object) -> timedelta:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise InvalidTaskData("must be a positive timedelta", field="lease")
+    return value

@@ -1,0 +1,359 @@
+"""The rules every store shares, and the primitives a backend implements.
+
+A backend implements a handful of primitives (insert, fetch, one compare-and-set
+write, a keyset page, deletes). The rules that turn a verb into those
+primitives -- the transition a write makes, owner scoping, value checks,
+explaining a refused compare-and-set, retrying a lost race -- live here once,
+so the in-memory and SQL stores cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, Final, Literal
+
+from pydantic import JsonValue
+
+from queuestore import validation as check
+from queuestore.cursor import CursorCodec, CursorKey
+from queuestore.errors import (
+    InvalidTransition,
+    LeaseLost,
+    TaskConflict,
+    TaskNotFound,
+)
+from queuestore.models import (
+    LIVE,
+    TERMINAL,
+    Artifact,
+    Task,
+    TaskError,
+    TaskStatus,
+    sources_of,
+)
+from queuestore.owner import Owner, OwnerScope
+
+
+class _Unset(Enum):
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "queuestore.UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""Marks an argument that was not given, where None is a meaningful value."""
+
+Unset = Literal[_Unset.UNSET]
+
+_RACE_RETRIES: Final = 50
+_PENDING_STATUSES: Final = frozenset({TaskStatus.SUBMITTED, TaskStatus.WORKING})
+_PARKED: Final = frozenset({TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED})
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A validated task to insert; the backend stamps timestamps and version."""
+
+    id: str
+    name: str
+    input: dict[str, JsonValue]
+    owner: str | None
+    context_id: str | None
+    ttl: timedelta | None
+    metadata: dict[str, JsonValue]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One compare-and-set write, fully decided by the rules.
+
+    The backend applies it atomically only if the row is visible in ``scope``,
+    its status is in ``from_statuses``, its version equals ``expected_version``
+    (when given), its ``worker_id`` equals ``fence`` (when given) and its
+    ``lease_expires_at`` equals ``expected_lease`` (when given). It then
+    sets ``updated_at`` from its clock and adds one to ``version``.
+
+    Attributes:
+        values: new column values keyed by ``Task`` field name.
+        claim: ``(worker_id, lease)`` to take the task: sets the worker, the lease
+            expiry (clock + lease) and adds one to ``attempt``.
+        release: clears the worker, the lease and ``dispatched_at``.
+        mark_started: sets ``started_at`` to the clock unless already set.
+        mark_finished: sets ``finished_at`` to the clock and ``expires_at`` to
+            ``finished_at + ttl`` when the task has a ttl.
+    """
+
+    scope: OwnerScope
+    from_statuses: frozenset[TaskStatus]
+    status: TaskStatus | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+    expected_version: int | None = None
+    fence: str | Unset | None = UNSET
+    expected_lease: datetime | None = None
+    claim: tuple[str, timedelta] | None = None
+    release: bool = False
+    mark_started: bool = False
+    mark_finished: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """The filters of one listing, all applied by the backend inside its query."""
+
+    scope: OwnerScope
+    statuses: frozenset[TaskStatus] | None = None
+    context_id: str | None = None
+    name: str | None = None
+    updated_after: datetime | None = None
+
+    def fingerprint(self) -> str:
+        """A text that changes with any filter, binding cursors to their listing."""
+        statuses = sorted(self.statuses) if self.statuses is not None else None
+        after = self.updated_after.isoformat() if self.updated_after else None
+        # JSON keeps the parts apart: filter values may contain any separator.
+        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
+        return json.dumps(parts, separators=(",", ":"))
+
+
+StatusChange = tuple[str, TaskStatus]
+"""A task id and the status it moved to."""
+
+Listener = Callable[[float], "list[StatusChange]"]
+"""Blocks for at most the given seconds and returns the status changes seen meanwhile.
+
+A listener may return early with nothing, or return nothing after the full
+time on a backend without notifications: callers re-read what they watch.
+"""
+
+
+class StoreCore(ABC):
+    """What every store is built on: the backend primitives and the rules that use them.
+
+    Backends implement the abstract primitives; :class:`~queuestore.store.base.TaskStore`
+    adds the public verbs on top and documents the constructor's arguments.
+    """
+
+    def __init__(
+        self,
+        *,
+        require_owner: bool = False,
+        max_payload_bytes: int = check.DEFAULT_MAX_PAYLOAD_BYTES,
+        cursor_secret: bytes | str | None = None,
+    ) -> None:
+        self.require_owner = require_owner
+        self.max_payload_bytes = check.positive_int(max_payload_bytes, "max_payload_bytes")
+        self._cursors = CursorCodec(cursor_secret)
+
+    # -- backend primitives -------------------------------------------------
+
+    @abstractmethod
+    def _insert(self, new: NewTask) -> Task:
+        """Insert a row in ``submitted``; raise TaskConflict if the id exists."""
+
+    @abstractmethod
+    def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
+        """The task if it exists and is visible in ``scope``."""
+
+    @abstractmethod
+    def _write(self, task_id: str, write: Write) -> Task | None:
+        """Apply ``write`` atomically if its conditions hold; None if they do not."""
+
+    @abstractmethod
+    def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> builtins.list[Task]:
+        """Up to ``limit`` tasks, newest first by ``(created_at, id)``, after ``after``."""
+
+    @abstractmethod
+    def _delete(self, task_id: str, scope: OwnerScope) -> None:
+        """Delete the task if it is visible in ``scope``."""
+
+    @abstractmethod
+    def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
+        """Delete one batch of expired terminal tasks in its own transaction."""
+
+    @abstractmethod
+    def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
+        """Push the lease of a working task held by ``worker_id``; None if not held."""
+
+    @abstractmethod
+    def _expired_leases(self, now: datetime | None, limit: int) -> builtins.list[Task]:
+        """Working tasks whose lease ran out before ``now`` (the backend's clock if None)."""
+
+    @abstractmethod
+    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+        """Record that messages were published: ``(task_id, version)`` pairs.
+
+        A pair with a version marks the task only while it is at that version.
+        """
+
+    @abstractmethod
+    def _undispatched(
+        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+    ) -> builtins.list[Task]:
+        """Unclaimed submitted or working tasks due for a (new) message, oldest first.
+
+        Due: never published and last written before ``older_than`` ago, or
+        published more than ``redispatch_after`` ago and still not claimed.
+        """
+
+    def subscribe(self) -> AbstractContextManager[Listener]:
+        """Listen to status changes of every task while the context is open.
+
+        Backends with notifications (PostgreSQL LISTEN/NOTIFY, the in-memory
+        store) report changes as they commit; others just sleep, so callers
+        must poll what they watch after each call.
+        """
+        return _sleeping_listener()
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release connections and other resources held by the store."""
+
+    def after_fork(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Drop resources inherited from a parent process (call it in a forked child)."""
+
+    # -- rules --------------------------------------------------------------
+
+    def _scope(self, owner: Owner) -> OwnerScope:
+        return OwnerScope.resolve(owner, require_owner=self.require_owner)
+
+    @staticmethod
+    def _transition(
+        scope: OwnerScope,
+        target: TaskStatus | None,
+        values: Mapping[str, Any],
+        *,
+        expected_version: int | None = None,
+        fence: str | Unset | None = UNSET,
+    ) -> Write:
+        """The write that moves a task to ``target`` (or keeps its live status)."""
+        return Write(
+            scope=scope,
+            from_statuses=LIVE if target is None else sources_of(target),
+            status=target,
+            values=values,
+            expected_version=expected_version,
+            fence=fence,
+            release=target in TERMINAL or target in _PARKED,
+            mark_started=target is TaskStatus.WORKING,
+            mark_finished=target in TERMINAL,
+        )
+
+    def _checked_values(
+        self,
+        status_message: str | Unset | None,
+        progress: float | Unset | None,
+        result: Any,
+        error: TaskError | Mapping[str, Any] | Unset | None,
+    ) -> dict[str, Any]:
+        """The given values of a write, validated, keyed by ``Task`` field."""
+        values: dict[str, Any] = {}
+        if status_message is not UNSET:
+            values["status_message"] = check.message(status_message)
+        if progress is not UNSET:
+            values["progress"] = check.progress(progress)
+        if result is not UNSET:
+            values["result"] = check.json_value(result, "result", self.max_payload_bytes)
+        if error is not UNSET:
+            values["error"] = check.error(error, self.max_payload_bytes)
+        return values
+
+    def _merged(
+        self, artifacts: Iterable[Artifact], changes: Iterable[tuple[Artifact, bool]]
+    ) -> builtins.list[Artifact]:
+        """``artifacts`` after each ``(artifact, append)`` change, in order.
+
+        A change replaces the artifact with the same id, or extends its parts
+        when ``append``; an artifact with a new id is added at the end.
+        """
+        result = builtins.list(artifacts)
+        for new, append in changes:
+            for index, old in enumerate(result):
+                if old.artifact_id == new.artifact_id:
+                    if append:
+                        combined = old.model_copy(update={"parts": [*old.parts, *new.parts]})
+                        result[index] = check.artifact(combined, self.max_payload_bytes)
+                    else:
+                        result[index] = new
+                    break
+            else:
+                result.append(new)
+        return result
+
+    def _apply(self, task_id: str, write: Write) -> Task:
+        """Run a write, explaining a refusal with the error that fits the current row."""
+        for _ in range(_RACE_RETRIES):
+            written = self._write(task_id, write)
+            if written is not None:
+                return written
+            self._explain_refusal(task_id, write)
+        raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
+
+    def _explain_refusal(self, task_id: str, write: Write) -> None:
+        current = self._fetch(task_id, write.scope)
+        if current is None:
+            raise TaskNotFound(task_id)
+        if current.status not in write.from_statuses:
+            raise InvalidTransition(task_id, current.status, write.status, write.from_statuses)
+        if write.expected_version is not None and current.version != write.expected_version:
+            raise TaskConflict(
+                f"task {task_id!r} is at version {current.version}, not {write.expected_version}",
+                task_id=task_id,
+                expected_version=write.expected_version,
+                actual_version=current.version,
+            )
+        if write.fence is not UNSET and current.worker_id != write.fence:
+            raise LeaseLost(
+                f"task {task_id!r} is held by {current.worker_id!r}, not {write.fence!r}",
+                task_id=task_id,
+            )
+        # The row matched by the time we looked: another writer raced us; try again.
+
+    def _read_modify_write(
+        self,
+        task_id: str,
+        write: Write,
+        change: Callable[[Task], Mapping[str, Any]],
+        *,
+        known: Task | None = None,
+    ) -> Task:
+        """``write`` plus values computed from the current row, retried while others win.
+
+        Each try is ``write`` with ``change(current)`` added to its values,
+        conditioned on the version it was computed from. ``known`` (a copy of
+        the task the caller trusts to be current) spares the first read; a
+        stale copy only costs one refused write.
+        """
+        current = known if known is not None and known.id == task_id else None
+        for _ in range(_RACE_RETRIES):
+            if current is None:
+                current = self._fetch(task_id, write.scope)
+            if current is None:
+                raise TaskNotFound(task_id)
+            attempt = replace(
+                write,
+                values={**write.values, **change(current)},
+                expected_version=current.version,
+            )
+            written = self._write(task_id, attempt)
+            if written is not None:
+                return written
+            self._explain_refusal(task_id, write)
+            current = None
+        raise TaskConflict(f"task {task_id!r} kept changing under a write", task_id=task_id)
+
+
+@contextmanager
+def _sleeping_listener() -> Iterator[Listener]:
+    def listen(seconds: float) -> list[StatusChange]:
+        time.sleep(seconds)
+        return []
+
+    yield listen
