@@ -6,7 +6,11 @@ Needs Redis on 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (user postgres,
 trust). In one run it:
 
 1. measures queuestore's full lifecycle throughput (``TaskQueue.submit`` ->
-   claim -> progress -> artifact -> completed) with one solo worker;
+   claim -> progress -> artifact -> completed) with one solo worker, on
+   queuestore's defaults: the job's progress and artifact are batched
+   (``report_interval``) and so go with the outcome's write, and dispatch
+   marks are written in batches, so a task costs three statements (insert,
+   claim, outcome) plus its share of a batched mark;
 2. measures bare Celery (trivial task, no result backend) with the same setup;
 3. measures Celery with its SQLAlchemy result backend on the same PostgreSQL;
 4. measures cancel-to-stopped latency on the prefork pool (revoke with
