@@ -350,15 +350,7 @@ class SqlTaskStore(TaskStore):
             return [_to_task(row) for row in connection.execute(statement)]
 
     def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
-        if len(marks) == 1 and marks[0][1] is None:
-            prepared = self._prepare(
-                "mark_dispatched",
-                lambda: statements.mark_dispatched(self._clock_sql),
-                columns=[_C.id],
-            )
-            params = {"task_id": marks[0][0]} | self._clock_sql.params()
-            self._execute(prepared, params, read=False)
-            return
+        # Off the hot path (written in batches), so built per call rather than prepared.
         for start in range(0, len(marks), _MARK_BATCH):
             batch = marks[start : start + _MARK_BATCH]
             versioned = [(task_id, version) for task_id, version in batch if version is not None]

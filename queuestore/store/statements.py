@@ -401,16 +401,6 @@ def extend_lease(clock: Clock) -> ClauseElement:
     )
 
 
-def mark_dispatched(clock: Clock) -> ClauseElement:
-    """Record that the message for ``:task_id``'s next run went out; returns the id."""
-    return (
-        update(TABLE)
-        .where(C.id == bindparam("task_id"))
-        .values(dispatched_at=clock.now())
-        .returning(C.id)
-    )
-
-
 DELETE_EXPIRED_POSTGRES = """
 WITH own AS (
     SELECT ctid FROM queuestore_tasks
