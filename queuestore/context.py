@@ -171,18 +171,23 @@ class TaskContext:
         self, values: dict[str, Any], artifact: tuple[Artifact, bool] | None = None
     ) -> None:
         self.raise_if_cancelled()
-        # A revoke's signal must not land while the heartbeat's lock is held.
-        with interrupts.deferred(), self._state:
-            refused, self._refused = self._refused, None
-            if refused is None:
-                self._values.update(values)
-                if artifact is not None:
-                    self._artifacts.append(artifact)
+        refused = self._take_refused()
         if refused is not None:
             # A batch the heartbeat wrote was refused (appended parts outgrew the limit).
             raise refused
+        # A revoke's signal must not land while the heartbeat's lock is held.
+        with interrupts.deferred(), self._state:
+            self._values.update(values)
+            if artifact is not None:
+                self._artifacts.append(artifact)
         if self._interval <= 0:
             self._write_now()
+
+    def _take_refused(self) -> InvalidTaskData | None:
+        """The error of a batch the heartbeat could not write, once."""
+        with interrupts.deferred(), self._state:
+            refused, self._refused = self._refused, None
+        return refused
 
     def _write_now(self) -> None:
         try:

@@ -133,7 +133,7 @@ def execute(queue: TaskQueue, registered: Job, task_id: str) -> Task | None:
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(ctx)
     with interrupts.deferred(then_raise=False):
-        return _record(queue, ctx, outcome)
+        return _record(ctx, outcome)
 
 
 @dataclass(frozen=True)
@@ -180,19 +180,18 @@ def _was_taken(ctx: TaskContext) -> bool:
     return ctx.cancelled
 
 
-def _record(queue: TaskQueue, ctx: TaskContext, outcome: _Outcome) -> Task | None:
+def _record(ctx: TaskContext, outcome: _Outcome) -> Task | None:
     """Write the outcome, riding out a database restart; a cancelled task stays cancelled."""
     if outcome.status is None:
         return ctx.task
-    return riding_out_outages(lambda: _write_outcome(queue, ctx, outcome), ctx.task_id)
+    return riding_out_outages(lambda: _write_outcome(ctx, outcome), ctx.task_id)
 
 
-def _write_outcome(queue: TaskQueue, ctx: TaskContext, outcome: _Outcome) -> Task | None:
+def _write_outcome(ctx: TaskContext, outcome: _Outcome) -> Task | None:
     """Write the outcome together with the reports the job made since the last write."""
     try:
         try:
-            with ctx._state:
-                refused, ctx._refused = ctx._refused, None
+            refused = ctx._take_refused()
             if refused is not None and outcome.status is not TaskStatus.FAILED:
                 # Reports the heartbeat could not write: the job would have seen this error.
                 raise refused
