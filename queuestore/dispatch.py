@@ -63,7 +63,7 @@ class DispatchMarks:
         except StoreUnavailable as exc:
             log.warning("%d dispatch marks wait for the database: %s", len(marks), exc)
             with self._lock:
-                self._pending[:0] = marks[: self.batch_size * 20]
+                self._pending[:0] = marks[:_KEPT_IN_OUTAGE]
 
     def _loop(self) -> None:
         idle = 0
@@ -79,6 +79,9 @@ class DispatchMarks:
                 if idle >= _IDLE_TICKS and self._thread is threading.current_thread():
                     self._thread = None
 
+
+_KEPT_IN_OUTAGE = 10_000
+"""Marks kept through a database outage; beyond them the sweep republishes (harmless)."""
 
 _IDLE_TICKS = 20
 """Empty rounds after which the marks thread ends; the next mark starts another."""
