@@ -1,0 +1,455 @@
+"""MCP tasks on queuestore: tools whose calls become durable Celery jobs.
+
+:class:`McpTasks` holds the task tools of one Celery app and serves them to MCP
+clients of both protocol eras on the official SDK:
+
+- 2025-11-25 (handshake connections): the ``tasks`` capability, task-augmented
+  ``tools/call`` answered with ``CreateTaskResult`` once the task is committed
+  and its job enqueued, ``tasks/get|result|list|cancel`` and
+  ``notifications/tasks/status`` for every status change, whichever process
+  wrote it (the store's change feed);
+- 2026-07-28: the tasks extension ``io.modelcontextprotocol/tasks`` (SEP-2663),
+  ``tasks/get|update|cancel`` and the flat ``resultType: "task"`` result.
+
+Every verb passes the caller's principal to the store as the owner, so one
+client never sees, waits on or cancels another's task. The rules (transitions,
+owner filter, cursors, cancel) are the store's and the queue's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import mcp_types as types
+from celery import Celery
+from mcp.server import MCPServer, Server, ServerRequestContext
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.extension import compose_tool_call_handler
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from pydantic import Field, JsonValue, ValidationError
+
+from queuestore import InvalidTransition, Task, TaskNotFound, TaskQueue, TaskStatus
+from queuestore.aio import AsyncTaskQueue
+from queuestore.mcp import wire
+from queuestore.mcp.settings import McpSettings
+from queuestore.mcp.tools import TaskSupport, TaskTool, call_tool_result, make_task_tool
+
+if TYPE_CHECKING:
+    from queuestore.mcp.extension import TasksExtension
+
+log = logging.getLogger(__name__)
+
+REFRESH_SECONDS: Final = 5.0
+"""Longest a waiter goes without re-reading its task (it may have been deleted)."""
+
+TASKS_CAPABILITY: Final = types.ServerTasksCapability(
+    list=types.TasksListCapability(),
+    cancel=types.TasksCancelCapability(),
+    requests=types.ServerTasksRequestsCapability(
+        tools=types.TasksToolsCapability(call=types.TasksCallCapability())
+    ),
+)
+
+
+class TaskIdParams(types.RequestParams):
+    """Params of ``tasks/get``, ``tasks/result`` and ``tasks/cancel``."""
+
+    task_id: str
+
+
+class UpdateTaskParams(types.RequestParams):
+    """Params of ``tasks/update`` (SEP-2663)."""
+
+    task_id: str
+    input_responses: dict[str, Any] = Field(default_factory=dict)
+
+
+class McpTasks:
+    """The task tools of one Celery app, served over MCP.
+
+    The MCP server process and the Celery worker import the module that makes
+    it and declares the tools, so both register the same jobs::
+
+        tasks = McpTasks(app)
+
+        @tasks.tool(task_support="optional")
+        def slow_add(ctx: TaskContext, a: int, b: int) -> int: ...
+
+        server = Server("demo")          # the low-level server, or
+        mcp = MCPServer("demo", extensions=[tasks.extension])
+        tasks.attach(server)             # (or tasks.attach(mcp))
+
+    Args:
+        app: the Celery app the jobs run on; the serving process must also
+            have made its ``TaskQueue(store, app)``.
+        settings: ttl, poll interval, page size, principal of unauthenticated
+            transports; by default read from ``QUEUESTORE_MCP_*``.
+    """
+
+    def __init__(self, app: Celery, *, settings: McpSettings | None = None) -> None:
+        from queuestore.mcp.extension import TasksExtension
+
+        self.app = app
+        self.settings = settings if settings is not None else McpSettings()
+        self.tools: dict[str, TaskTool] = {}
+        self.extension: TasksExtension = TasksExtension(self)
+        self._queue: AsyncTaskQueue | None = None
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    # -- declaring tools ------------------------------------------------------
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        task_support: TaskSupport = "optional",
+        **celery_options: Any,
+    ) -> Callable[[Callable[..., Any]], TaskTool]:
+        """Declare ``function(ctx, **arguments)`` as a tool whose body runs on a worker.
+
+        Args:
+            name: the tool's name (default: the function's); its job is ``mcp.<name>``.
+            title: a human-readable title.
+            description: default: the function's docstring.
+            task_support: ``optional`` (a call may or may not ask for a task; one
+                without a task waits for the job), ``required`` or ``forbidden``.
+            **celery_options: passed to ``@job`` (``queue``, ``time_limit``...).
+        """
+
+        def register(function: Callable[..., Any]) -> TaskTool:
+            made = make_task_tool(
+                self.app,
+                function,
+                name=name,
+                title=title,
+                description=description,
+                task_support=task_support,
+                celery_options=celery_options,
+            )
+            if made.name in self.tools:
+                raise ValueError(f"tool {made.name!r} is already declared")
+            self.tools[made.name] = made
+            return made
+
+        return register
+
+    # -- serving -------------------------------------------------------------
+
+    def attach(self, server: Server[Any] | MCPServer[Any]) -> None:
+        """Serve the task tools and the task methods of both eras on ``server``.
+
+        On a low-level ``Server`` this registers everything. An ``MCPServer``
+        must have been built with ``extensions=[tasks.extension]`` (its
+        extensions are fixed at construction); this adds :meth:`middleware`,
+        which passing ``middleware=[tasks.middleware]`` to it does as well.
+        """
+        if isinstance(server, MCPServer):
+            server.middleware.append(self.middleware)
+            return
+        for binding in self.extension.methods():
+            server.add_request_handler(binding.method, binding.params_type, binding.handler)
+        server.extensions[wire.EXTENSION_ID] = self.extension.settings()
+        if server.get_request_handler("tools/list") is None:
+            server.add_request_handler("tools/list", types.PaginatedRequestParams, _no_tools)
+        existing = server.get_request_handler("tools/call")
+        handler = existing.handler if existing is not None else _unknown_tool
+        server.add_request_handler(
+            "tools/call",
+            types.CallToolRequestParams,
+            compose_tool_call_handler([self.extension], handler),
+        )
+        server.middleware.append(self.middleware)
+
+    async def aclose(self) -> None:
+        """Stop the status notifiers of this process (they also end with their task)."""
+        for watcher in list(self._watchers):
+            watcher.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+
+    @property
+    def queue(self) -> AsyncTaskQueue:
+        """The app's task queue, awaitable."""
+        if self._queue is None:
+            self._queue = AsyncTaskQueue(TaskQueue.of(self.app))
+        return self._queue
+
+    def principal(self) -> str | None:
+        """The caller: the access token's client (and subject), or the configured principal."""
+        token = get_access_token()
+        if token is None:
+            return self.settings.principal
+        if token.subject:
+            return json.dumps([token.client_id, token.subject])
+        return token.client_id
+
+    # -- the verbs both eras share --------------------------------------------
+
+    async def create(
+        self, tool: TaskTool, arguments: Mapping[str, Any] | None, ttl_ms: int | None
+    ) -> Task:
+        """Commit a task for a call of ``tool`` and enqueue its job; the caller owns it."""
+        checked = tool.check(arguments)
+        requested = ttl_ms if ttl_ms is not None and ttl_ms > 0 else self.settings.default_ttl_ms
+        granted = min(requested, self.settings.max_ttl_ms)
+        return await self.queue.submit(
+            tool.job.name,
+            checked,
+            owner=self.principal(),
+            ttl=timedelta(milliseconds=granted),
+            metadata={"mcp": {"tool": tool.name}},
+        )
+
+    async def call(self, tool: TaskTool, arguments: Mapping[str, Any] | None) -> HandlerResult:
+        """A call without a task: run the job on a worker and wait for its result.
+
+        If the client gives up on the call (``notifications/cancelled``, a
+        closed connection), the task is cancelled too: nobody would read it.
+        """
+        task = await self.create(tool, arguments, None)
+        owner = self.principal()
+        try:
+            final = await self.until(
+                task.id,
+                owner,
+                lambda seen: seen.is_terminal,
+                timeout=self.settings.call_timeout_ms / 1000,
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abandon(task.id, owner))
+            raise
+        if not final.is_terminal:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"still running as task {task.id}")],
+                is_error=True,
+            )
+        return call_tool_result(final)
+
+    async def _abandon(self, task_id: str, owner: str | None) -> None:
+        try:
+            await self.queue.cancel(task_id, owner=owner, reason="the caller went away")
+        except (InvalidTransition, TaskNotFound):
+            pass
+        except Exception:
+            log.warning("could not cancel abandoned task %s", task_id, exc_info=True)
+
+    async def until(
+        self,
+        task_id: str,
+        owner: str | None,
+        done: Callable[[Task], bool],
+        *,
+        timeout: float,
+    ) -> Task:
+        """Wait until the task satisfies ``done`` or ``timeout`` passes; return it as last seen.
+
+        Waits on the store's change feed (LISTEN/NOTIFY on PostgreSQL), never a
+        busy poll; re-reads the task now and then, in case it was deleted.
+
+        Raises:
+            TaskNotFound: the task is not (or no longer) visible to ``owner``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async with self.queue.store.watch(owner=owner, task_ids={task_id}) as changes:
+            task = await self.queue.store.get(task_id, owner=owner)
+            while not done(task):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                change = await changes.get(timeout=min(remaining, REFRESH_SECONDS))
+                if change is None:
+                    task = await self.queue.store.get(task_id, owner=owner)
+                elif change.version > task.version:
+                    task = change
+        return task
+
+    # -- 2025-11-25: middleware -----------------------------------------------
+
+    async def middleware(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Lists the task tools; declares and answers 2025-11-25 task requests.
+
+        It adds the ``tasks`` capability to the ``initialize`` result and the
+        task tools to ``tools/list``. The ``CreateTaskResult`` of a
+        task-augmented ``tools/call`` is returned from here because the SDK
+        checks a ``tools/call`` handler's result against ``CallToolResult`` and
+        would refuse it; a middleware's own result is sent as it is.
+        """
+        if ctx.method == "initialize":
+            return _with_tasks_capability(await call_next(ctx))
+        if ctx.method == "tools/list":
+            return self._with_task_tools(await call_next(ctx), ctx.protocol_version)
+        if (
+            ctx.method == "tools/call"
+            and not wire.is_modern(ctx.protocol_version)
+            and ctx.params is not None
+            and ctx.params.get("task") is not None
+        ):
+            return await self._create_legacy(ctx)
+        return await call_next(ctx)
+
+    def _with_task_tools(self, result: HandlerResult, protocol_version: str) -> HandlerResult:
+        """The listing (a wire dict by now) with the task tools on its last page."""
+        if not isinstance(result, dict) or result.get("nextCursor") is not None:
+            return result
+        modern = wire.is_modern(protocol_version)
+        ours = [
+            tool.describe().model_dump(
+                by_alias=True,
+                mode="json",
+                exclude_none=True,
+                exclude={"execution"} if modern else set(),
+            )
+            for tool in self.tools.values()
+        ]
+        names = {shown["name"] for shown in ours}
+        others = [shown for shown in result.get("tools", []) if shown.get("name") not in names]
+        return {**result, "tools": others + ours}
+
+    async def _create_legacy(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        try:
+            params = types.CallToolRequestParams.model_validate(ctx.params, by_name=False)
+        except ValidationError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=_first_error(exc)) from None
+        tool = self.tools.get(params.name)
+        if tool is None or tool.task_support == "forbidden":
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND,
+                message=f"tool {params.name!r} does not support task-augmented calls",
+            )
+        ttl_ms = params.task.ttl if params.task is not None else None
+        with wire.json_rpc_errors():
+            task = await self.create(tool, params.arguments, ttl_ms)
+        self._push_status_changes(ctx.session, task, self.principal())
+        return {"task": wire.legacy_task(task, self.settings.poll_interval_ms)}
+
+    # -- 2025-11-25: status notifications -------------------------------------
+
+    def _push_status_changes(self, session: Any, task: Task, owner: str | None) -> None:
+        watcher = asyncio.get_running_loop().create_task(self._notify(session, task, owner))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _notify(self, session: Any, task: Task, owner: str | None) -> None:
+        """Send ``notifications/tasks/status`` on each change until the task ends.
+
+        Best effort, as the spec allows: it stops when the session is gone.
+        """
+        shown = (wire.mcp_status(task), task.status_message)
+        try:
+            async with self.queue.store.watch(owner=owner, task_ids={task.id}) as changes:
+                current = await self.queue.store.get(task.id, owner=owner)
+                while True:
+                    now = (wire.mcp_status(current), current.status_message)
+                    if now != shown:
+                        shown = now
+                        params = types.TaskStatusNotificationParams.model_validate(
+                            wire.legacy_task(current, self.settings.poll_interval_ms),
+                            by_name=False,
+                        )
+                        await session.send_notification(types.TaskStatusNotification(params=params))
+                    if current.is_terminal:
+                        return
+                    change = await changes.get(timeout=REFRESH_SECONDS)
+                    if change is None:
+                        current = await self.queue.store.get(task.id, owner=owner)
+                    elif change.version > current.version:
+                        current = change
+        except asyncio.CancelledError:
+            raise
+        except TaskNotFound:
+            return
+        except Exception:
+            log.debug("status notifications for task %s stopped", task.id, exc_info=True)
+
+    # -- 2025-11-25: tasks/result with input_required --------------------------
+
+    async def result(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> dict[str, Any]:
+        """Block until the task is terminal; return the tool's result with related-task ``_meta``.
+
+        While the task waits for input, its question goes to the client as an
+        elicitation over this request, tied to the task; the answer resumes it.
+        """
+        owner = self.principal()
+        with wire.json_rpc_errors(task_id):
+            while True:
+                task = await self.until(
+                    task_id,
+                    owner,
+                    lambda seen: seen.is_terminal or seen.status is TaskStatus.INPUT_REQUIRED,
+                    timeout=self.settings.call_timeout_ms / 1000,
+                )
+                if task.is_terminal:
+                    return wire.tool_result_payload(task)
+                if task.status is not TaskStatus.INPUT_REQUIRED:
+                    raise MCPError(
+                        code=types.INTERNAL_ERROR, message=f"task {task_id} is still running"
+                    )
+                await self._ask(ctx, task, owner)
+
+    async def _ask(
+        self, ctx: ServerRequestContext[Any, Any], task: Task, owner: str | None
+    ) -> None:
+        request = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(
+                message=task.status_message or "Input required",
+                requested_schema=wire.ANSWER_SCHEMA,
+                _meta={wire.RELATED_TASK: {"taskId": task.id}},
+            )
+        )
+        answer = await ctx.session.send_request(
+            request,
+            types.ElicitResult,
+            metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+        )
+        await self.answer(task, answer.action, answer.content, owner)
+
+    async def answer(
+        self, task: Task, action: str, content: Mapping[str, Any] | None, owner: str | None
+    ) -> None:
+        """Resume ``task`` with an accepted answer; cancel it when the user declined."""
+        try:
+            if action == "accept":
+                values: dict[str, Any] = dict(content or {})
+                reply: JsonValue = values["answer"] if set(values) == {"answer"} else values
+                await self.queue.resume(task.id, reply, owner=owner)
+            else:
+                await self.queue.cancel(task.id, owner=owner, reason=f"input {action}ed")
+        except InvalidTransition:
+            log.info("task %s was answered or ended meanwhile; answer dropped", task.id)
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"invalid params: {where + ': ' if where else ''}{error['msg']}"
+
+
+async def _no_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
+) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=[])
+
+
+async def _unknown_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> HandlerResult:
+    raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
+
+
+def _with_tasks_capability(result: HandlerResult) -> HandlerResult:
+    """The ``initialize`` result (a wire dict by now) declaring the ``tasks`` capability."""
+    if not isinstance(result, dict) or not isinstance(result.get("capabilities"), dict):
+        return result
+    declared = TASKS_CAPABILITY.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {**result, "capabilities": {**result["capabilities"], "tasks": declared}}
