@@ -37,13 +37,11 @@ class TasksExtension(Extension):
         return self.tasks.settings.poll_interval_ms
 
     def methods(self) -> Sequence[MethodBinding]:
-        from queuestore.mcp.service import TaskIdParams, UpdateTaskParams
-
         return [
-            MethodBinding("tasks/get", TaskIdParams, self.get),
-            MethodBinding("tasks/cancel", TaskIdParams, self.cancel),
-            MethodBinding("tasks/update", UpdateTaskParams, self.update),
-            MethodBinding("tasks/result", TaskIdParams, self.result),
+            MethodBinding("tasks/get", wire.TaskIdParams, self.get),
+            MethodBinding("tasks/cancel", wire.TaskIdParams, self.cancel),
+            MethodBinding("tasks/update", wire.UpdateTaskParams, self.update),
+            MethodBinding("tasks/result", wire.TaskIdParams, self.result),
             MethodBinding("tasks/list", types.PaginatedRequestParams, self.list),
         ]
 

@@ -33,7 +33,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import compose_tool_call_handler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
-from pydantic import Field, JsonValue, ValidationError
+from pydantic import JsonValue, ValidationError
 
 from queuestore import InvalidTransition, Task, TaskNotFound, TaskQueue, TaskStatus
 from queuestore.aio import AsyncTaskQueue
@@ -56,19 +56,6 @@ TASKS_CAPABILITY: Final = types.ServerTasksCapability(
         tools=types.TasksToolsCapability(call=types.TasksCallCapability())
     ),
 )
-
-
-class TaskIdParams(types.RequestParams):
-    """Params of ``tasks/get``, ``tasks/result`` and ``tasks/cancel``."""
-
-    task_id: str
-
-
-class UpdateTaskParams(types.RequestParams):
-    """Params of ``tasks/update`` (SEP-2663)."""
-
-    task_id: str
-    input_responses: dict[str, Any] = Field(default_factory=dict)
 
 
 class McpTasks:

@@ -17,6 +17,7 @@ from typing import Any, Final, NoReturn
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field
 
 from queuestore import (
     BrokerUnavailable,
@@ -56,6 +57,19 @@ ANSWER_SCHEMA: Final[dict[str, Any]] = {
     "required": ["answer"],
 }
 """What an elicitation for ``ctx.request_input(prompt)`` asks for."""
+
+
+class TaskIdParams(types.RequestParams):
+    """Params of ``tasks/get``, ``tasks/result`` and ``tasks/cancel``."""
+
+    task_id: str
+
+
+class UpdateTaskParams(types.RequestParams):
+    """Params of ``tasks/update`` (SEP-2663)."""
+
+    task_id: str
+    input_responses: dict[str, Any] = Field(default_factory=dict)
 
 
 def is_modern(protocol_version: str) -> bool:

@@ -1,0 +1,163 @@
+"""Fixtures of the MCP tests: a deployment with a real worker, and MCP servers as processes.
+
+One deployment (PostgreSQL + Redis, a prefork worker with embedded beat) is
+shared by a test module; servers are started per need and stopped with it.
+Processes come from the integration harness (``tests/integration/harness.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from kombu import Connection
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from harness import Deployment, LoggedProcess, free_port, port_open, wait_for
+
+HERE = Path(__file__).resolve().parent
+APP = HERE / "mcp_app.py"
+REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+class McpDeployment:
+    """A queuestore deployment plus the MCP servers and workers the tests start on it."""
+
+    def __init__(self, deployment: Deployment, **env: str) -> None:
+        self.deployment = deployment
+        self.extra_env = env
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return self.deployment.env(**(self.extra_env | extra))
+
+    def start_worker(self, *, beat: bool = True) -> LoggedProcess:
+        """A prefork worker on ``mcp_app`` (its folder is the working directory)."""
+        node = f"mcp-{free_port()}"
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "mcp_app",
+            "worker",
+            "--pool=prefork",
+            "--concurrency=2",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            f"--hostname={node}@%h",
+            "--loglevel=INFO",
+        ]
+        if beat:
+            command += ["--beat", f"--schedule={self.deployment.home / f'beat-{node}'}"]
+        worker = LoggedProcess.start(
+            f"worker {node}",
+            command,
+            env=self.env(),
+            cwd=HERE,
+            log=self.deployment.root / f"{node}.log",
+        )
+        self.deployment.processes.append(worker)
+        self.deployment.wait_ready(worker, f"{node}@")
+        return worker
+
+    def start_server(self, *flags: str, port: int | None = None, **env: str) -> Server:
+        """``mcp_app.py --http PORT`` with ``flags``, waited until it listens."""
+        port = port or free_port()
+        process = LoggedProcess.start(
+            f"mcp server :{port}",
+            [sys.executable, str(APP), "--http", str(port), *flags],
+            env=self.env(**env),
+            cwd=self.deployment.root,
+            log=self.deployment.root / f"server-{port}.log",
+        )
+        self.deployment.processes.append(process)
+        wait_for(lambda: port_open(port), timeout=60, what="the MCP server", logs=[process])
+        return Server(process, port)
+
+    def stdio(self, *flags: str, **env: str) -> tuple[str, list[str], dict[str, str]]:
+        """Command, arguments and environment of a stdio server the client launches."""
+        return sys.executable, [str(APP), *flags], self.env(**env)
+
+    def logs(self) -> str:
+        return self.deployment.logs()
+
+
+class Server:
+    """An MCP server process on a loopback port."""
+
+    def __init__(self, process: LoggedProcess, port: int) -> None:
+        self.process = process
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+
+@pytest.fixture(scope="session")
+def shared(pytestconfig: pytest.Config) -> ModuleType:
+    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    for plugin in pytestconfig.pluginmanager.get_plugins():
+        file = getattr(plugin, "__file__", None)
+        if file is not None and Path(file).resolve() == path:
+            return plugin  # type: ignore[no-any-return]
+    raise RuntimeError(f"{path} is not loaded as a conftest")
+
+
+def _redis(shared: ModuleType) -> str:
+    def check() -> None:
+        with Connection(REDIS_URL, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+
+    shared.require_service("Redis", check)
+    return REDIS_URL
+
+
+@pytest.fixture(scope="module")
+def make_deployment(
+    shared: ModuleType, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., McpDeployment]]:
+    """Builds deployments (``postgres`` + Redis, or ``sqlite`` + filesystem) for a module."""
+    with ExitStack() as stack:
+        built: list[Deployment] = []
+
+        def make(database: str = "postgres", **env: str) -> McpDeployment:
+            root = tmp_path_factory.mktemp("mcp")
+            if database == "postgres":
+                url = stack.enter_context(shared.fresh_pg_database("queuestore_mcp"))
+                database_url = url.render_as_string(hide_password=False)
+                broker_url = _redis(shared)
+            else:
+                database_url = f"sqlite:///{root / 'queuestore.db'}"
+                broker_url = "filesystem://"
+            deployment = Deployment(root=root, database_url=database_url, broker_url=broker_url)
+            deployment.migrate()
+            built.append(deployment)
+            return McpDeployment(deployment, **env)
+
+        try:
+            yield make
+        finally:
+            for deployment in built:
+                deployment.close()
+
+
+@pytest.fixture(scope="module")
+def pg(make_deployment: Callable[..., McpDeployment]) -> McpDeployment:
+    """The module's PostgreSQL deployment with one worker (embedded beat: janitor every second)."""
+    made = make_deployment("postgres", QUEUESTORE_MCP_PAGE_SIZE="2")
+    made.start_worker()
+    return made
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
