@@ -26,8 +26,8 @@ MODERN: Final = frozenset({"2026-07-28"})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
 
 
-class TaskState(types.Result):
-    """A SEP-2663 task as ``tasks/get`` shows it, outcome inlined."""
+class TaskFields(types.Result):
+    """What every SEP-2663 task shows."""
 
     task_id: str
     status: Literal["working", "input_required", "completed", "failed", "cancelled"]
@@ -36,12 +36,17 @@ class TaskState(types.Result):
     last_updated_at: str
     ttl_ms: int | None = None
     poll_interval_ms: int | None = None
+
+
+class TaskState(TaskFields):
+    """A SEP-2663 task as ``tasks/get`` shows it, outcome inlined."""
+
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
 
 
-class CreatedTask(TaskState):
+class CreatedTask(TaskFields):
     """The flat ``CreateTaskResult`` of a ``tools/call`` the server made a task."""
 
     result_type: Literal["task"] = "task"

@@ -153,7 +153,9 @@ def make_deployment(
 @pytest.fixture(scope="module")
 def pg(make_deployment: Callable[..., McpDeployment]) -> McpDeployment:
     """The module's PostgreSQL deployment with one worker (embedded beat: janitor every second)."""
-    made = make_deployment("postgres", QUEUESTORE_MCP_PAGE_SIZE="2")
+    made = make_deployment(
+        "postgres", QUEUESTORE_MCP_PAGE_SIZE="2", QUEUESTORE_MCP_POLL_INTERVAL_MS="200"
+    )
     made.start_worker()
     return made
 

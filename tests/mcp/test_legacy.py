@@ -67,7 +67,7 @@ async def test_stdio_create_poll_and_result(pg: McpDeployment) -> None:
         created = await tasks.create("add", {"a": 20, "b": 22}, ttl_ms=60_000)
         assert created.status == "working"
         assert created.ttl == 60_000
-        assert created.poll_interval == 1000
+        assert created.poll_interval == 200
         await wait_status(tasks, created.task_id, "completed")
         result = await tasks.result(created.task_id)
         assert result.structured_content == {"result": 42}
