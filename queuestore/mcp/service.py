@@ -183,16 +183,32 @@ class McpTasks:
     async def create(
         self, tool: TaskTool, arguments: Mapping[str, Any] | None, ttl_ms: int | None
     ) -> Task:
-        """Commit a task for a call of ``tool`` and enqueue its job; the caller owns it."""
-        checked = tool.check(arguments)
+        """Commit a task for a call of ``tool`` and enqueue its job; the caller owns it.
+
+        Raises:
+            InvalidArguments: the arguments do not fit the tool's schema.
+        """
+        return await self.submit(
+            tool.job.name, tool.check(arguments), ttl_ms, metadata={"mcp": {"tool": tool.name}}
+        )
+
+    async def submit(
+        self,
+        job_name: str,
+        input: Mapping[str, Any],
+        ttl_ms: int | None,
+        *,
+        metadata: Mapping[str, Any],
+    ) -> Task:
+        """Commit a task owned by the caller, its ttl within the configured maximum; enqueue it."""
         requested = ttl_ms if ttl_ms is not None and ttl_ms > 0 else self.settings.default_ttl_ms
         granted = min(requested, self.settings.max_ttl_ms)
         return await self.queue.submit(
-            tool.job.name,
-            checked,
+            job_name,
+            input,
             owner=self.principal(),
             ttl=timedelta(milliseconds=granted),
-            metadata={"mcp": {"tool": tool.name}},
+            metadata=metadata,
         )
 
     async def call(self, tool: TaskTool, arguments: Mapping[str, Any] | None) -> HandlerResult:

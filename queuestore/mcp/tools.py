@@ -140,13 +140,27 @@ def arguments_model(function: Callable[..., Any], tool_name: str) -> type[BaseMo
     )
 
 
+RESULT_IS_CALL_TOOL_RESULT = "call_tool_result"
+"""The ``metadata["mcp"]["result"]`` of a task whose job stores a whole ``CallToolResult``."""
+
+
+def stores_call_tool_result(task: Task) -> bool:
+    """Whether the task's result is a ``CallToolResult`` already."""
+    shown = task.metadata.get("mcp")
+    return isinstance(shown, dict) and shown.get("result") == RESULT_IS_CALL_TOOL_RESULT
+
+
 def call_tool_result(task: Task) -> types.CallToolResult:
     """The ``CallToolResult`` a terminal task stands for.
 
     A completed task's result is the text (JSON unless it is a string) and,
-    as ``structuredContent``, the object itself or ``{"result": value}``. A
+    as ``structuredContent``, the object itself or ``{"result": value}``; a job
+    that stored a whole ``CallToolResult`` (marked ``RESULT_IS_CALL_TOOL_RESULT``
+    in the task's ``mcp`` metadata, as FastMCP tools do) gives it back as is. A
     failed, rejected or cancelled task is ``isError`` with its message only.
     """
+    if task.status is TaskStatus.COMPLETED and stores_call_tool_result(task):
+        return types.CallToolResult.model_validate(task.result, by_name=False)
     if task.status is TaskStatus.COMPLETED:
         value = task.result
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

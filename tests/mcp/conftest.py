@@ -36,15 +36,15 @@ class McpDeployment:
     def env(self, **extra: str) -> dict[str, str]:
         return self.deployment.env(**(self.extra_env | extra))
 
-    def start_worker(self, *, beat: bool = True) -> LoggedProcess:
-        """A prefork worker on ``mcp_app`` (its folder is the working directory)."""
+    def start_worker(self, *, beat: bool = True, app: str = "mcp_app") -> LoggedProcess:
+        """A prefork worker on ``app`` (a module of this folder, the working directory)."""
         node = f"mcp-{free_port()}"
         command = [
             sys.executable,
             "-m",
             "celery",
             "-A",
-            "mcp_app",
+            app,
             "worker",
             "--pool=prefork",
             "--concurrency=2",
@@ -67,12 +67,17 @@ class McpDeployment:
         self.deployment.wait_ready(worker, f"{node}@")
         return worker
 
-    def start_server(self, *flags: str, port: int | None = None, **env: str) -> Server:
-        """``mcp_app.py --http PORT`` with ``flags``, waited until it listens."""
+    def start_server(
+        self, *flags: str, port: int | None = None, command: list[str] | None = None, **env: str
+    ) -> Server:
+        """``mcp_app.py --http PORT`` with ``flags`` (or ``command`` + PORT), listening."""
         port = port or free_port()
+        argv = [sys.executable, str(APP), "--http", str(port), *flags]
+        if command is not None:
+            argv = [*command, str(port)]
         process = LoggedProcess.start(
             f"mcp server :{port}",
-            [sys.executable, str(APP), "--http", str(port), *flags],
+            argv,
             env=self.env(**env),
             cwd=self.deployment.root,
             log=self.deployment.root / f"server-{port}.log",
