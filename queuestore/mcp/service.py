@@ -382,27 +382,32 @@ class McpTasks:
 
         While the task waits for input, its question goes to the client as an
         elicitation over this request, tied to the task; the answer resumes it.
+        A client that cannot be asked (no elicitation support, no channel back)
+        keeps waiting until someone else answers or the task ends.
         """
         owner = self.principal()
+        can_ask = True
+
+        def settled(seen: Task) -> bool:
+            return seen.is_terminal or (can_ask and seen.status is TaskStatus.INPUT_REQUIRED)
+
         with wire.json_rpc_errors(task_id):
             while True:
                 task = await self.until(
-                    task_id,
-                    owner,
-                    lambda seen: seen.is_terminal or seen.status is TaskStatus.INPUT_REQUIRED,
-                    timeout=self.settings.call_timeout_ms / 1000,
+                    task_id, owner, settled, timeout=self.settings.call_timeout_ms / 1000
                 )
                 if task.is_terminal:
                     return wire.tool_result_payload(task)
-                if task.status is not TaskStatus.INPUT_REQUIRED:
+                if not settled(task):
                     raise MCPError(
                         code=types.INTERNAL_ERROR, message=f"task {task_id} is still running"
                     )
-                await self._ask(ctx, task, owner)
+                can_ask = await self._ask(ctx, task, owner)
 
     async def _ask(
         self, ctx: ServerRequestContext[Any, Any], task: Task, owner: str | None
-    ) -> None:
+    ) -> bool:
+        """Send the task's question as an elicitation; False if the client cannot answer."""
         request = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
                 message=task.status_message or "Input required",
@@ -410,12 +415,17 @@ class McpTasks:
                 _meta={wire.RELATED_TASK: {"taskId": task.id}},
             )
         )
-        answer = await ctx.session.send_request(
-            request,
-            types.ElicitResult,
-            metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
-        )
+        try:
+            answer = await ctx.session.send_request(
+                request,
+                types.ElicitResult,
+                metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+            )
+        except MCPError as exc:  # the client refused, or there is no channel back (stateless)
+            log.info("cannot ask the client about task %s (%s); waiting instead", task.id, exc)
+            return False
         await self.answer(task, answer.action, answer.content, owner)
+        return True
 
     async def answer(
         self, task: Task, action: str, content: Mapping[str, Any] | None, owner: str | None

@@ -169,3 +169,28 @@ async def test_stateless_http(pg: McpDeployment) -> None:
         assert (await tasks.get(created.task_id)).status == "completed"
     async with modern(server.url) as client:
         assert (await client.call_tool("add", {"a": 1, "b": 0})).structured_content == {"result": 1}
+
+
+async def test_a_legacy_waiter_sees_an_answer_given_in_the_other_era(http: Server) -> None:
+    """A 2025-11-25 client without elicitation waits; a 2026-07-28 client answers."""
+    async with (
+        legacy(http.url, token="token-alice") as old,
+        modern(http.url, token="token-alice") as new,
+    ):
+        created = await old.create("ask", {"question": "Size?"})
+        results: list[types.CallToolResult] = []
+
+        async def wait_for_result() -> None:
+            results.append(await old.result(created.task_id))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_for_result)
+            state = await wait_status(new, created.task_id, "input_required")
+            assert state.input_requests is not None
+            [key] = state.input_requests
+            await update_task(
+                new.session,
+                created.task_id,
+                {key: {"action": "accept", "content": {"answer": "L"}}},
+            )
+        assert results[0].structured_content == {"result": "answer: L"}
