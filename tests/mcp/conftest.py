@@ -1,7 +1,8 @@
 """Fixtures of the MCP tests: a deployment with a real worker, and MCP servers as processes.
 
 One deployment (PostgreSQL + Redis, a prefork worker with embedded beat) is
-shared by a test module; servers are started per need and stopped with it.
+shared by the MCP tests; servers are started per module or test, and every
+process is stopped when the session ends.
 Processes come from the integration harness (``tests/integration/harness.py``).
 """
 
@@ -126,11 +127,11 @@ def _redis(shared: ModuleType) -> str:
     return REDIS_URL
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def make_deployment(
     shared: ModuleType, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., McpDeployment]]:
-    """Builds deployments (``postgres`` + Redis, or ``sqlite`` + filesystem) for a module."""
+    """Builds deployments (``postgres`` + Redis, or ``sqlite`` + filesystem), for the session."""
     with ExitStack() as stack:
         built: list[Deployment] = []
 
@@ -155,9 +156,9 @@ def make_deployment(
                 deployment.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pg(make_deployment: Callable[..., McpDeployment]) -> McpDeployment:
-    """The module's PostgreSQL deployment with one worker (embedded beat: janitor every second)."""
+    """The PostgreSQL deployment of all modules; one worker, its beat cleaning each second."""
     made = make_deployment(
         "postgres", QUEUESTORE_MCP_PAGE_SIZE="2", QUEUESTORE_MCP_POLL_INTERVAL_MS="200"
     )

@@ -7,6 +7,7 @@ stateless HTTP), a real worker, PostgreSQL; the same tasks seen from both eras.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import anyio
 import mcp_types as types
@@ -28,13 +29,17 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 
 
 @pytest.fixture(scope="module")
-def http(pg: McpDeployment) -> Server:
-    return pg.start_server("--auth")
+def http(pg: McpDeployment) -> Iterator[Server]:
+    server = pg.start_server("--auth")
+    yield server
+    server.process.stop()
 
 
 @pytest.fixture(scope="module")
-def mcpserver(pg: McpDeployment) -> Server:
-    return pg.start_server("--auth", "--mcpserver")
+def mcpserver(pg: McpDeployment) -> Iterator[Server]:
+    server = pg.start_server("--auth", "--mcpserver")
+    yield server
+    server.process.stop()
 
 
 async def wait_status(client: object, task_id: str, status: str, timeout: float = 30) -> TaskState:

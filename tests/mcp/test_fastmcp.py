@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import fastmcp
 import mcp_types as types
@@ -18,12 +18,15 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 
 
 @pytest.fixture(scope="module")
-def served(make_deployment: Callable[..., McpDeployment]) -> tuple[McpDeployment, Server]:
+def served(
+    make_deployment: Callable[..., McpDeployment],
+) -> Iterator[tuple[McpDeployment, Server]]:
     deployment = make_deployment("postgres", QUEUESTORE_MCP_POLL_INTERVAL_MS="200")
     worker = deployment.start_worker(app="fastmcp_app", beat=False)
     server = deployment.start_server(command=[sys.executable, str(HERE / "fastmcp_app.py")])
-    assert worker.alive()
-    return deployment, server
+    yield deployment, server
+    server.process.stop()
+    worker.stop()
 
 
 async def test_task_tools_run_on_the_worker(served: tuple[McpDeployment, Server]) -> None:

@@ -7,6 +7,7 @@ processes over stdio and streamable HTTP on loopback ports.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import anyio
 import mcp_types as types
@@ -23,9 +24,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 
 
 @pytest.fixture(scope="module")
-def http(pg: McpDeployment) -> Server:
+def http(pg: McpDeployment) -> Iterator[Server]:
     """A stateful streamable-HTTP server with bearer-token auth."""
-    return pg.start_server("--auth")
+    server = pg.start_server("--auth")
+    yield server
+    server.process.stop()
 
 
 async def wait_status(tasks: LegacyTasks, task_id: str, status: str, timeout: float = 30) -> None:
