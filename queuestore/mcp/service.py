@@ -22,8 +22,9 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mcp_types as types
 from celery import Celery
@@ -35,7 +36,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import JsonValue, ValidationError
 
-from queuestore import InvalidTransition, Task, TaskNotFound, TaskQueue, TaskStatus
+from queuestore import InvalidTransition, Task, TaskNotFound, TaskQueue, TaskStatus, new_task_id
 from queuestore.aio import AsyncTaskQueue
 from queuestore.mcp import wire
 from queuestore.mcp.settings import McpSettings
@@ -56,6 +57,12 @@ TASKS_CAPABILITY: Final = types.ServerTasksCapability(
         tools=types.TasksToolsCapability(call=types.TasksCallCapability())
     ),
 )
+
+
+class Changes(Protocol):
+    """What a notifier reads from an open ``AsyncTaskStore.watch``."""
+
+    async def get(self, timeout: float | None = None) -> Task | None: ...
 
 
 class McpTasks:
@@ -181,7 +188,12 @@ class McpTasks:
     # -- the verbs both eras share --------------------------------------------
 
     async def create(
-        self, tool: TaskTool, arguments: Mapping[str, Any] | None, ttl_ms: int | None
+        self,
+        tool: TaskTool,
+        arguments: Mapping[str, Any] | None,
+        ttl_ms: int | None,
+        *,
+        task_id: str | None = None,
     ) -> Task:
         """Commit a task for a call of ``tool`` and enqueue its job; the caller owns it.
 
@@ -189,7 +201,11 @@ class McpTasks:
             InvalidArguments: the arguments do not fit the tool's schema.
         """
         return await self.submit(
-            tool.job.name, tool.check(arguments), ttl_ms, metadata={"mcp": {"tool": tool.name}}
+            tool.job.name,
+            tool.check(arguments),
+            ttl_ms,
+            metadata={"mcp": {"tool": tool.name}},
+            task_id=task_id,
         )
 
     async def submit(
@@ -199,6 +215,7 @@ class McpTasks:
         ttl_ms: int | None,
         *,
         metadata: Mapping[str, Any],
+        task_id: str | None = None,
     ) -> Task:
         """Commit a task owned by the caller, its ttl within the configured maximum; enqueue it."""
         requested = ttl_ms if ttl_ms is not None and ttl_ms > 0 else self.settings.default_ttl_ms
@@ -209,6 +226,7 @@ class McpTasks:
             owner=self.principal(),
             ttl=timedelta(milliseconds=granted),
             metadata=metadata,
+            task_id=task_id,
         )
 
     async def call(self, tool: TaskTool, arguments: Mapping[str, Any] | None) -> HandlerResult:
@@ -331,28 +349,44 @@ class McpTasks:
                 message=f"tool {params.name!r} does not support task-augmented calls",
             )
         ttl_ms = params.task.ttl if params.task is not None else None
-        with wire.json_rpc_errors():
-            task = await self.create(tool, params.arguments, ttl_ms)
-        self._push_status_changes(ctx.session, task, self.principal())
+        # The watch opens before the task exists, so the notifier misses no change.
+        task_id = new_task_id()
+        watching = AsyncExitStack()
+        changes = await watching.enter_async_context(
+            self.queue.store.watch(owner=self.principal(), task_ids={task_id})
+        )
+        try:
+            with wire.json_rpc_errors():
+                task = await self.create(tool, params.arguments, ttl_ms, task_id=task_id)
+        except BaseException:
+            await watching.aclose()
+            raise
+        notifier = self._notify(ctx.session, task, changes, watching)
+        watcher = asyncio.get_running_loop().create_task(notifier)
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
         return {"task": wire.legacy_task(task, self.settings.poll_interval_ms)}
 
     # -- 2025-11-25: status notifications -------------------------------------
 
-    def _push_status_changes(self, session: Any, task: Task, owner: str | None) -> None:
-        watcher = asyncio.get_running_loop().create_task(self._notify(session, task, owner))
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
-
-    async def _notify(self, session: Any, task: Task, owner: str | None) -> None:
+    async def _notify(
+        self, session: Any, task: Task, changes: Changes, watching: AsyncExitStack
+    ) -> None:
         """Send ``notifications/tasks/status`` on each change until the task ends.
 
-        Best effort, as the spec allows: it stops when the session is gone.
+        ``changes`` was opened before the task was created. Best effort, as the
+        spec allows: it stops when the session is gone.
         """
         shown = (wire.mcp_status(task), task.status_message)
+        current = task
         try:
-            async with self.queue.store.watch(owner=owner, task_ids={task.id}) as changes:
-                current = await self.queue.store.get(task.id, owner=owner)
-                while True:
+            async with watching:
+                while not current.is_terminal:
+                    change = await changes.get(timeout=REFRESH_SECONDS)
+                    if change is None:
+                        current = await self.queue.store.get(task.id, owner=task.owner)
+                    elif change.version > current.version:
+                        current = change
                     now = (wire.mcp_status(current), current.status_message)
                     if now != shown:
                         shown = now
@@ -361,13 +395,6 @@ class McpTasks:
                             by_name=False,
                         )
                         await session.send_notification(types.TaskStatusNotification(params=params))
-                    if current.is_terminal:
-                        return
-                    change = await changes.get(timeout=REFRESH_SECONDS)
-                    if change is None:
-                        current = await self.queue.store.get(task.id, owner=owner)
-                    elif change.version > current.version:
-                        current = change
         except asyncio.CancelledError:
             raise
         except TaskNotFound:
