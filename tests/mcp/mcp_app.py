@@ -23,9 +23,16 @@ from mcp.server.auth.settings import AuthSettings
 from queuestore import Settings, TaskContext
 from queuestore.mcp import McpTasks
 
-# MCP_TEST_DATABASE_URL points a server at a database that is down.
-dead_database = os.environ.get("MCP_TEST_DATABASE_URL")
-settings = Settings(**({"database_url": dead_database} if dead_database else {}))
+# MCP_TEST_DATABASE_URL / MCP_TEST_BROKER_URL point a server at a database or broker that is down.
+overrides = {
+    name: os.environ[variable]
+    for name, variable in (
+        ("database_url", "MCP_TEST_DATABASE_URL"),
+        ("broker_url", "MCP_TEST_BROKER_URL"),
+    )
+    if variable in os.environ
+}
+settings = Settings(**overrides)
 app = settings.configure(Celery("mcp-tests"))
 app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
 queue = settings.make_queue(app)

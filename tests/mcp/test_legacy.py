@@ -71,6 +71,8 @@ async def test_stdio_create_poll_and_result(pg: McpDeployment) -> None:
         assert created.status == "working"
         assert created.ttl == 60_000
         assert created.poll_interval == 200
+        longest = await tasks.create("add", {"a": 0, "b": 0}, ttl_ms=10**12)
+        assert longest.ttl == 86_400_000  # QUEUESTORE_MCP_MAX_TTL_MS
         await wait_status(tasks, created.task_id, "completed")
         result = await tasks.result(created.task_id)
         assert result.structured_content == {"result": 42}
@@ -211,6 +213,11 @@ async def test_errors(http: Server) -> None:
         with pytest.raises(MCPError) as malformed:
             await tasks.dispatcher.send_raw_request("tasks/get", {"id": 3})
         assert malformed.value.error.code == types.INVALID_PARAMS
+        with pytest.raises(MCPError) as bad_task:
+            await tasks.dispatcher.send_raw_request(
+                "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": "x"}}
+            )
+        assert bad_task.value.error.code == types.INVALID_PARAMS
         with pytest.raises(MCPError) as bad_arguments:
             await tasks.create("add", {"a": "x"})
         assert bad_arguments.value.error.code == types.INVALID_PARAMS
@@ -239,3 +246,13 @@ async def test_store_outage_is_an_internal_error_without_details(pg: McpDeployme
                 await attempt
             assert fault.value.error.code == types.INTERNAL_ERROR
             assert fault.value.error.message == "task store unavailable"
+
+
+async def test_a_task_created_while_the_broker_is_down_still_runs(pg: McpDeployment) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    async with legacy(pg.stdio(MCP_TEST_BROKER_URL=dead)) as cut_off:
+        created = await cut_off.create("add", {"a": 5, "b": 6})
+        assert created.status == "working"
+    # The worker's beat publishes what the server could not (the dispatcher sweep).
+    async with legacy(pg.stdio()) as tasks:
+        assert (await tasks.result(created.task_id)).structured_content == {"result": 11}
