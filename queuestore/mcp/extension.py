@@ -136,7 +136,7 @@ class TasksExtension(Extension):
         """``tasks/result``: blocks until terminal; exactly the tool's ``CallToolResult``."""
         if self._era(ctx):
             raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
-        return await self.tasks.result(ctx, params.task_id)
+        return await self.tasks.handshake.result(ctx, params.task_id)
 
     async def list(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams

@@ -22,23 +22,22 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from celery import Celery
 from mcp.server import MCPServer, Server, ServerRequestContext
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.context import CallNext, HandlerResult
+from mcp.server.context import HandlerResult, ServerMiddleware
 from mcp.server.extension import compose_tool_call_handler
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ServerMessageMetadata
-from pydantic import JsonValue, ValidationError
+from pydantic import JsonValue
 
-from queuestore import InvalidTransition, Task, TaskNotFound, TaskQueue, TaskStatus, new_task_id
+from queuestore import InvalidTransition, Task, TaskNotFound, TaskQueue
 from queuestore.aio import AsyncTaskQueue
 from queuestore.mcp import wire
+from queuestore.mcp.handshake import HandshakeEra
 from queuestore.mcp.settings import McpSettings
 from queuestore.mcp.tools import TaskSupport, TaskTool, call_tool_result, make_task_tool
 
@@ -46,23 +45,6 @@ if TYPE_CHECKING:
     from queuestore.mcp.extension import TasksExtension
 
 log = logging.getLogger(__name__)
-
-REFRESH_SECONDS: Final = 5.0
-"""Longest a waiter goes without re-reading its task (it may have been deleted)."""
-
-TASKS_CAPABILITY: Final = types.ServerTasksCapability(
-    list=types.TasksListCapability(),
-    cancel=types.TasksCancelCapability(),
-    requests=types.ServerTasksRequestsCapability(
-        tools=types.TasksToolsCapability(call=types.TasksCallCapability())
-    ),
-)
-
-
-class Changes(Protocol):
-    """What a notifier reads from an open ``AsyncTaskStore.watch``."""
-
-    async def get(self, timeout: float | None = None) -> Task | None: ...
 
 
 class McpTasks:
@@ -95,7 +77,9 @@ class McpTasks:
         self.tools: dict[str, TaskTool] = {}
         self.extension: TasksExtension = TasksExtension(self)
         self._queue: AsyncTaskQueue | None = None
-        self._watchers: set[asyncio.Task[None]] = set()
+        self.handshake = HandshakeEra(self)
+        self.middleware: ServerMiddleware[Any] = self.handshake.middleware
+        """The ``Server.middleware`` entry of the 2025-11-25 era (see :class:`HandshakeEra`)."""
 
     # -- declaring tools ------------------------------------------------------
 
@@ -165,9 +149,7 @@ class McpTasks:
 
     async def aclose(self) -> None:
         """Stop the status notifiers of this process (they also end with their task)."""
-        for watcher in list(self._watchers):
-            watcher.cancel()
-        await asyncio.gather(*self._watchers, return_exceptions=True)
+        await self.handshake.aclose()
 
     @property
     def queue(self) -> AsyncTaskQueue:
@@ -286,173 +268,12 @@ class McpTasks:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                change = await changes.get(timeout=min(remaining, REFRESH_SECONDS))
+                change = await changes.get(timeout=min(remaining, wire.REFRESH_SECONDS))
                 if change is None:
                     task = await self.queue.store.get(task_id, owner=owner)
                 elif change.version > task.version:
                     task = change
         return task
-
-    # -- 2025-11-25: middleware -----------------------------------------------
-
-    async def middleware(
-        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> HandlerResult:
-        """Lists the task tools; declares and answers 2025-11-25 task requests.
-
-        It adds the ``tasks`` capability to the ``initialize`` result and the
-        task tools to ``tools/list``. The ``CreateTaskResult`` of a
-        task-augmented ``tools/call`` is returned from here because the SDK
-        checks a ``tools/call`` handler's result against ``CallToolResult`` and
-        would refuse it; a middleware's own result is sent as it is.
-        """
-        if ctx.method == "initialize":
-            return _with_tasks_capability(await call_next(ctx))
-        if ctx.method == "tools/list":
-            return self._with_task_tools(await call_next(ctx), ctx.protocol_version)
-        if (
-            ctx.method == "tools/call"
-            and not wire.is_modern(ctx.protocol_version)
-            and ctx.params is not None
-            and ctx.params.get("task") is not None
-        ):
-            return await self._create_legacy(ctx)
-        return await call_next(ctx)
-
-    def _with_task_tools(self, result: HandlerResult, protocol_version: str) -> HandlerResult:
-        """The listing (a wire dict by now) with the task tools on its last page."""
-        if not isinstance(result, dict) or result.get("nextCursor") is not None:
-            return result
-        modern = wire.is_modern(protocol_version)
-        ours = [
-            tool.describe().model_dump(
-                by_alias=True,
-                mode="json",
-                exclude_none=True,
-                exclude={"execution"} if modern else set(),
-            )
-            for tool in self.tools.values()
-        ]
-        names = {shown["name"] for shown in ours}
-        others = [shown for shown in result.get("tools", []) if shown.get("name") not in names]
-        return {**result, "tools": others + ours}
-
-    async def _create_legacy(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        try:
-            params = types.CallToolRequestParams.model_validate(ctx.params, by_name=False)
-        except ValidationError as exc:
-            raise MCPError(code=types.INVALID_PARAMS, message=_first_error(exc)) from None
-        tool = self.tools.get(params.name)
-        if tool is None or tool.task_support == "forbidden":
-            raise MCPError(
-                code=types.METHOD_NOT_FOUND,
-                message=f"tool {params.name!r} does not support task-augmented calls",
-            )
-        ttl_ms = params.task.ttl if params.task is not None else None
-        # The watch opens before the task exists, so the notifier misses no change.
-        task_id = new_task_id()
-        watching = AsyncExitStack()
-        changes = await watching.enter_async_context(
-            self.queue.store.watch(owner=self.principal(), task_ids={task_id})
-        )
-        try:
-            with wire.json_rpc_errors():
-                task = await self.create(tool, params.arguments, ttl_ms, task_id=task_id)
-        except BaseException:
-            await watching.aclose()
-            raise
-        notifier = self._notify(ctx.session, task, changes, watching)
-        watcher = asyncio.get_running_loop().create_task(notifier)
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
-        return {"task": wire.legacy_task(task, self.settings.poll_interval_ms)}
-
-    # -- 2025-11-25: status notifications -------------------------------------
-
-    async def _notify(
-        self, session: Any, task: Task, changes: Changes, watching: AsyncExitStack
-    ) -> None:
-        """Send ``notifications/tasks/status`` on each change until the task ends.
-
-        ``changes`` was opened before the task was created. Best effort, as the
-        spec allows: it stops when the session is gone.
-        """
-        shown = (wire.mcp_status(task), task.status_message)
-        current = task
-        try:
-            async with watching:
-                while not current.is_terminal:
-                    change = await changes.get(timeout=REFRESH_SECONDS)
-                    if change is None:
-                        current = await self.queue.store.get(task.id, owner=task.owner)
-                    elif change.version > current.version:
-                        current = change
-                    now = (wire.mcp_status(current), current.status_message)
-                    if now != shown:
-                        shown = now
-                        params = types.TaskStatusNotificationParams.model_validate(
-                            wire.legacy_task(current, self.settings.poll_interval_ms),
-                            by_name=False,
-                        )
-                        await session.send_notification(types.TaskStatusNotification(params=params))
-        except asyncio.CancelledError:
-            raise
-        except TaskNotFound:
-            return
-        except Exception:
-            log.debug("status notifications for task %s stopped", task.id, exc_info=True)
-
-    # -- 2025-11-25: tasks/result with input_required --------------------------
-
-    async def result(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> dict[str, Any]:
-        """Block until the task is terminal; return the tool's result with related-task ``_meta``.
-
-        While the task waits for input, its question goes to the client as an
-        elicitation over this request, tied to the task; the answer resumes it.
-        A client that cannot be asked (no elicitation support, no channel back)
-        keeps waiting until someone else answers or the task ends.
-        """
-        owner = self.principal()
-        can_ask = True
-
-        def settled(seen: Task) -> bool:
-            return seen.is_terminal or (can_ask and seen.status is TaskStatus.INPUT_REQUIRED)
-
-        with wire.json_rpc_errors(task_id):
-            while True:
-                task = await self.until(
-                    task_id, owner, settled, timeout=self.settings.call_timeout_ms / 1000
-                )
-                if task.is_terminal:
-                    return wire.tool_result_payload(task)
-                if not settled(task):
-                    raise MCPError(
-                        code=types.INTERNAL_ERROR, message=f"task {task_id} is still running"
-                    )
-                can_ask = await self._ask(ctx, task, owner)
-
-    async def _ask(
-        self, ctx: ServerRequestContext[Any, Any], task: Task, owner: str | None
-    ) -> bool:
-        """Send the task's question as an elicitation; False if the client cannot answer."""
-        request = types.ElicitRequest(
-            params=types.ElicitRequestFormParams(
-                message=task.status_message or "Input required",
-                requested_schema=wire.ANSWER_SCHEMA,
-                _meta={wire.RELATED_TASK: {"taskId": task.id}},
-            )
-        )
-        try:
-            answer = await ctx.session.send_request(
-                request,
-                types.ElicitResult,
-                metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
-            )
-        except MCPError as exc:  # the client refused, or there is no channel back (stateless)
-            log.info("cannot ask the client about task %s (%s); waiting instead", task.id, exc)
-            return False
-        await self.answer(task, answer.action, answer.content, owner)
-        return True
 
     async def answer(
         self, task: Task, action: str, content: Mapping[str, Any] | None, owner: str | None
@@ -469,12 +290,6 @@ class McpTasks:
             log.info("task %s was answered or ended meanwhile; answer dropped", task.id)
 
 
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return f"invalid params: {where + ': ' if where else ''}{error['msg']}"
-
-
 async def _no_tools(
     ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
 ) -> types.ListToolsResult:
@@ -485,11 +300,3 @@ async def _unknown_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
 ) -> HandlerResult:
     raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
-
-
-def _with_tasks_capability(result: HandlerResult) -> HandlerResult:
-    """The ``initialize`` result (a wire dict by now) declaring the ``tasks`` capability."""
-    if not isinstance(result, dict) or not isinstance(result.get("capabilities"), dict):
-        return result
-    declared = TASKS_CAPABILITY.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return {**result, "capabilities": {**result["capabilities"], "tasks": declared}}

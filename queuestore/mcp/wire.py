@@ -39,6 +39,9 @@ EXTENSION_ID: Final = "io.modelcontextprotocol/tasks"
 RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 """The ``_meta`` key tying a message to a task (2025-11-25)."""
 
+REFRESH_SECONDS: Final = 5.0
+"""Longest a waiter goes without re-reading its task (it may have been deleted meanwhile)."""
+
 STATUS: Final[dict[TaskStatus, types.TaskStatus]] = {
     TaskStatus.SUBMITTED: "working",
     TaskStatus.WORKING: "working",
