@@ -16,6 +16,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 
 from queuestore import InvalidTransition, TaskStatus
 from queuestore.mcp import wire
@@ -79,7 +80,7 @@ class TasksExtension(Extension):
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         """``tasks/get``: the task, with its outcome inlined on 2026-07-28."""
-        modern = self._era(ctx)
+        modern = self._era(ctx, params.task_id)
         with wire.json_rpc_errors(params.task_id):
             task = await self.tasks.queue.store.get(params.task_id, owner=self.tasks.principal())
         if modern:
@@ -92,7 +93,7 @@ class TasksExtension(Extension):
         2025-11-25 refuses a terminal task (-32602) and answers the cancelled
         task; SEP-2663 acknowledges with an empty result either way.
         """
-        modern = self._era(ctx)
+        modern = self._era(ctx, params.task_id)
         owner = self.tasks.principal()
         with wire.json_rpc_errors(params.task_id):
             try:
@@ -114,7 +115,7 @@ class TasksExtension(Extension):
 
         Responses to keys that are not outstanding are ignored, as SEP-2663 asks.
         """
-        if not self._era(ctx):
+        if not self._era(ctx, params.task_id):
             raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
         owner = self.tasks.principal()
         with wire.json_rpc_errors(params.task_id):
@@ -157,12 +158,24 @@ class TasksExtension(Extension):
             listed["nextCursor"] = page.next_cursor
         return listed
 
-    def _era(self, ctx: ServerRequestContext[Any, Any]) -> bool:
-        """True on 2026-07-28, where the client must have declared the extension (-32021)."""
+    def _era(self, ctx: ServerRequestContext[Any, Any], task_id: str | None = None) -> bool:
+        """True on 2026-07-28, where the client must have declared the extension (-32021).
+
+        There, over HTTP, an ``Mcp-Name`` routing header that names another task
+        than ``params.taskId`` is refused (-32020), as SEP-2663 and SEP-2243 ask.
+        """
         if not wire.is_modern(ctx.protocol_version):
             return False
         if not _declared(ctx):
             raise wire.missing_extension()
+        headers = getattr(ctx.request, "headers", None)
+        if task_id is not None and headers is not None:
+            named = decode_header_value(headers.get(MCP_NAME_HEADER))
+            if named is not None and named != task_id:
+                raise MCPError(
+                    code=types.HEADER_MISMATCH,
+                    message=f"{MCP_NAME_HEADER} header does not match params.taskId",
+                )
         return True
 
 
