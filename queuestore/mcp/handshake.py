@@ -118,15 +118,15 @@ class HandshakeEra:
         # The watch opens before the task exists, so the notifier misses no change.
         task_id = new_task_id()
         watching = AsyncExitStack()
-        changes = await watching.enter_async_context(
-            self.tasks.queue.store.watch(owner=self.tasks.principal(), task_ids={task_id})
-        )
-        try:
-            with wire.json_rpc_errors():
+        with wire.json_rpc_errors():
+            changes = await watching.enter_async_context(
+                self.tasks.queue.store.watch(owner=self.tasks.principal(), task_ids={task_id})
+            )
+            try:
                 task = await self.tasks.create(tool, params.arguments, ttl_ms, task_id=task_id)
-        except BaseException:
-            await watching.aclose()
-            raise
+            except BaseException:
+                await watching.aclose()
+                raise
         notifier = self._notify(ctx.session, task, changes, watching)
         watcher = asyncio.get_running_loop().create_task(notifier)
         self._watchers.add(watcher)
