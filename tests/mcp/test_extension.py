@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import anyio
 import mcp_types as types
@@ -24,6 +25,7 @@ from queuestore.mcp.client import (
     poll_task,
     update_task,
 )
+from queuestore.mcp.wire import TaskIdParams
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 
@@ -199,3 +201,26 @@ async def test_a_legacy_waiter_sees_an_answer_given_in_the_other_era(http: Serve
                 {key: {"action": "accept", "content": {"answer": "L"}}},
             )
         assert results[0].structured_content == {"result": "answer: L"}
+
+
+class DecoyParams(TaskIdParams):
+    decoy: str
+
+
+class MisroutedGet(types.Request[DecoyParams, Literal["tasks/get"]]):
+    """A ``tasks/get`` whose ``Mcp-Name`` header names another task than its params."""
+
+    method: Literal["tasks/get"] = "tasks/get"
+    params: DecoyParams
+    name_param = "decoy"
+
+
+async def test_a_routing_header_naming_another_task_is_refused(http: Server) -> None:
+    async with modern(http.url, token="token-alice") as client:
+        created = await client.session.call_tool("add", {"a": 1, "b": 1}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        request = MisroutedGet(params=DecoyParams(task_id=created.task_id, decoy="another"))
+        with pytest.raises(MCPError) as misrouted:
+            await client.session.send_request(request, TaskState)
+        assert misrouted.value.error.code == types.HEADER_MISMATCH
+        assert (await get_task(client.session, created.task_id)).task_id == created.task_id
