@@ -74,6 +74,13 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
 NOTIFY_CHANNEL = "queuestore_tasks"
 """PostgreSQL channel announcing status changes as ``<task id>:<status>``."""
 
+STOP_CHANNEL = "queuestore_stops"
+"""PostgreSQL channel for workers: ``<task id>:<status>`` of runs ended by a caller (a cancel).
+
+Workers listen here rather than on :data:`NOTIFY_CHANNEL`, so that no worker
+wakes for another's completions.
+"""
+
 
 class Prepared:
     """One statement compiled for one dialect, run on the driver's own cursor."""
@@ -305,10 +312,14 @@ class WriteShape:
     mark_started: bool
     mark_finished: bool
     announce: bool
+    stops: bool
 
     @classmethod
-    def of(cls, write: Write, *, announce: bool) -> WriteShape:
-        """The shape of ``write``; ``announce`` adds a NOTIFY (PostgreSQL only)."""
+    def of(cls, write: Write, *, announce: bool, stops: bool = False) -> WriteShape:
+        """The shape of ``write``; ``announce`` and ``stops`` add NOTIFYs (PostgreSQL only).
+
+        ``announce`` tells :data:`NOTIFY_CHANNEL`, ``stops`` :data:`STOP_CHANNEL`.
+        """
         fence = "any"
         if write.fence is not UNSET:
             fence = "unclaimed" if write.fence is None else "worker"
@@ -325,6 +336,7 @@ class WriteShape:
             mark_started=write.mark_started,
             mark_finished=write.mark_finished,
             announce=announce,
+            stops=stops,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -379,12 +391,20 @@ def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
     if shape.leased:
         conditions.append(C.lease_expires_at == bindparam("expected_lease", type_=UTCDateTime))
     statement = update(TABLE).where(*conditions).values(values).returning(*COLUMNS)
-    if not shape.announce:
+    if not shape.announce and not shape.stops:
         return statement
     # Announce the change in the same statement, hence the same commit.
     updated = statement.cte("updated")
     change = updated.c.id.concat(":").concat(updated.c.status)
-    return select(*updated.c, func.pg_notify(NOTIFY_CHANNEL, change).label("_notified"))
+    notices = [
+        func.pg_notify(channel, change).label(label)
+        for channel, label, wanted in (
+            (NOTIFY_CHANNEL, "_notified", shape.announce),
+            (STOP_CHANNEL, "_stopped", shape.stops),
+        )
+        if wanted
+    ]
+    return select(*updated.c, *notices)
 
 
 def extend_lease(clock: Clock) -> ClauseElement:
