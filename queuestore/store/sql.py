@@ -210,6 +210,14 @@ class SqlTaskStore(TaskStore):
         """Run a prepared single-row statement and return the task it returns."""
         intervals = {} if lease is None else {"lease": lease}
         params |= self._clock_sql.params(**intervals)
+        if self._postgres:
+            prepared = self._prepare(
+                ("json", key),
+                lambda: statements.as_task_json(build()),
+                columns=[statements.TASK_JSON],
+            )
+            rows = self._execute(prepared, params, read=read)
+            return Task.model_validate_json(rows[0]["task"]) if rows else None
         rows = self._execute(self._prepare(key, build), params, read=read)
         return _task_from(rows[0]) if rows else None
 
