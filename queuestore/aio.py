@@ -8,7 +8,7 @@ the broker.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,6 +17,7 @@ from queuestore.owner import ANY, Owner
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
 from queuestore.store.rules import UNSET, Unset
+from queuestore.watch import AsyncWatch
 
 
 class AsyncTaskStore:
@@ -126,6 +127,10 @@ class AsyncTaskStore:
     async def cleanup(self, ttl: timedelta, *, batch_size: int = 1000) -> int:
         """See :meth:`TaskStore.cleanup`."""
         return await asyncio.to_thread(self.sync.cleanup, ttl, batch_size=batch_size)
+
+    def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> AsyncWatch:
+        """See :meth:`TaskStore.watch`; open it with ``async with``."""
+        return AsyncWatch(self.sync.watch(owner=owner, task_ids=task_ids))
 
     async def wait(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """See :meth:`TaskStore.wait`; the waiting happens off the event loop."""

@@ -41,6 +41,7 @@ from queuestore.store.rules import (
     Unset,
     Write,
 )
+from queuestore.watch import Watch
 
 __all__ = [
     "UNSET",
@@ -303,6 +304,19 @@ class TaskStore(WorkerProtocol):
             total += deleted
             if deleted < batch_size:
                 return total
+
+    def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> Watch:
+        """The changes to the tasks ``owner`` may see (only ``task_ids`` when given).
+
+        Open it as a context manager; while it is open, every committed write to
+        those tasks is delivered as a :class:`Task` (see :mod:`queuestore.watch`
+        for the guarantee). One reader per store and process serves every watch.
+
+        Raises:
+            InvalidTaskData: a malformed id in ``task_ids``.
+        """
+        ids = None if task_ids is None else [check.task_id(task_id) for task_id in task_ids]
+        return Watch(self._feed, self._scope(owner), ids)
 
     def wait(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """Block until the task is terminal or ``timeout`` seconds pass; return it then.

@@ -184,6 +184,16 @@ class InMemoryTaskStore(TaskStore):
         pending.sort(key=lambda task: task.updated_at)
         return pending[:limit]
 
+    def _changed_since(
+        self, since: datetime, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Task]:
+        with self._changed:
+            tasks = [task for task in self._tasks.values() if task.updated_at > since]
+        tasks.sort(key=lambda task: (task.updated_at, task.id))
+        if after is not None:
+            tasks = [task for task in tasks if (task.updated_at, task.id) > after]
+        return tasks[:limit]
+
     @contextmanager
     def subscribe(self) -> Iterator[Listener]:
         inbox: list[StatusChange] = []

@@ -40,6 +40,7 @@ from queuestore.models import (
     sources_of,
 )
 from queuestore.owner import Owner, OwnerScope
+from queuestore.watch import ChangeFeed
 
 
 class _Unset(Enum):
@@ -152,6 +153,7 @@ class StoreCore(ABC):
         self.require_owner = require_owner
         self.max_payload_bytes = check.positive_int(max_payload_bytes, "max_payload_bytes")
         self._cursors = CursorCodec(cursor_secret)
+        self._feed = ChangeFeed(self._changed_since, self._now, self.subscribe)
 
     # -- backend primitives -------------------------------------------------
 
@@ -202,6 +204,19 @@ class StoreCore(ABC):
 
         Due: never published and last written before ``older_than`` ago, or
         published more than ``redispatch_after`` ago and still not claimed.
+        """
+
+    @abstractmethod
+    def _now(self) -> datetime:
+        """The store's clock: the database's where it has one."""
+
+    @abstractmethod
+    def _changed_since(
+        self, since: datetime, after: tuple[datetime, str] | None, limit: int
+    ) -> builtins.list[Task]:
+        """Up to ``limit`` tasks written after ``since``, in ``(updated_at, id)`` order.
+
+        With ``after``, only the tasks past that ``(updated_at, id)`` key: the next batch.
         """
 
     def subscribe(self) -> AbstractContextManager[Listener]:

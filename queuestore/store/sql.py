@@ -398,6 +398,25 @@ class SqlTaskStore(TaskStore):
         with self._transaction() as connection:
             return [_to_task(row) for row in connection.execute(statement)]
 
+    def _now(self) -> datetime:
+        if not self._postgres:
+            return datetime.now(UTC)
+        with self._transaction() as connection:
+            now: datetime = connection.execute(statements.CLOCK).scalar_one()
+        return now
+
+    def _changed_since(
+        self, since: datetime, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Task]:
+        params: dict[str, Any] = {"since": since, "limit": limit}
+        if after is not None:
+            params |= {"after_updated_at": after[0], "after_id": after[1]}
+        prepared = self._prepare(
+            ("changed", after is not None),
+            lambda: statements.changed_since(after=after is not None),
+        )
+        return [_task_from(row) for row in self._execute(prepared, params, read=True)]
+
     @contextmanager
     def subscribe(self) -> Iterator[Listener]:
         """Status changes via LISTEN on PostgreSQL; plain sleeping on SQLite."""

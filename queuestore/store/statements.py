@@ -330,6 +330,34 @@ def page_tasks_json(shape: PageShape) -> ClauseElement:
     return select(func.coalesce(ordered, literal_column("'[]'::json")).cast(Text()).label("page"))
 
 
+def changed_since(*, after: bool) -> ClauseElement:
+    """Up to ``:limit`` tasks written after ``:since``, in ``(updated_at, id)`` order.
+
+    With ``after``, only those past the key ``(:after_updated_at, :after_id)``.
+    Naming every status lets the ``(status, updated_at)`` index serve the range.
+    """
+    conditions = [
+        statuses_in(frozenset(TaskStatus)),
+        C.updated_at > bindparam("since", type_=UTCDateTime),
+    ]
+    if after:
+        position = tuple_(
+            bindparam("after_updated_at", type_=UTCDateTime),
+            bindparam("after_id", type_=C.id.type),
+        )
+        conditions.append(tuple_(C.updated_at, C.id) > position)
+    return (
+        select(*COLUMNS)
+        .where(*conditions)
+        .order_by(C.updated_at, C.id)
+        .limit(bindparam("limit", type_=Integer()))
+    )
+
+
+CLOCK = select(func.now().cast(UTCDateTime).label("now"))
+"""PostgreSQL's clock, as the store's writes read it."""
+
+
 @dataclass(frozen=True, slots=True)
 class WriteShape:
     """Everything about a :class:`Write` that changes its SQL (not its values)."""
