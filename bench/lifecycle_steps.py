@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -84,13 +85,36 @@ def scratch_database() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def timed(step: Callable[[Any], object], items: list[Any]) -> tuple[float, float]:
-    """This thread's CPU ms and wall ms per item of ``step`` over ``items``."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu(raw: psycopg.Connection[Any]) -> float:
+    """CPU seconds of this database's PostgreSQL backends, from /proc (same machine)."""
+    total = 0.0
+    pids = raw.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+    ).fetchall()
+    for (pid,) in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return total
+
+
+def timed(
+    step: Callable[[Any], object], items: list[Any], raw: psycopg.Connection[Any]
+) -> tuple[float, float, float]:
+    """This thread's CPU, PostgreSQL's CPU and wall ms per item of ``step`` over ``items``."""
+    pg = backend_cpu(raw)
     cpu, wall = time.thread_time(), time.perf_counter()
     for item in items:
         step(item)
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    pg = backend_cpu(raw) - pg
     n = len(items)
-    return (time.thread_time() - cpu) * 1000 / n, (time.perf_counter() - wall) * 1000 / n
+    return cpu * 1000 / n, pg * 1000 / n, wall * 1000 / n
 
 
 def lifecycle(ctx: TaskContext, n: int = 0) -> dict[str, object]:
@@ -110,20 +134,20 @@ class Steps:
         self.queue = TaskQueue(self.store, self.app)
         self.job = job(self.app, name="steps.lifecycle")(lifecycle)
         self.raw = psycopg.connect(url, autocommit=True)
-        self.costs: dict[str, list[tuple[float, float]]] = {}
+        self.costs: dict[str, list[tuple[float, float, float]]] = {}
 
-    def note(self, label: str, cost: tuple[float, float]) -> None:
+    def note(self, label: str, cost: tuple[float, float, float]) -> None:
         self.costs.setdefault(label, []).append(cost)
 
     def round(self) -> None:
         n, store, queue = self.n, self.store, self.queue
         inputs = [{"n": i} for i in range(n)]
         # -- producer ---------------------------------------------------
-        self.note("producer: check_input", timed(self.job.check_input, inputs))
+        self.note("producer: check_input", timed(self.job.check_input, inputs, self.raw))
         tasks: list[Any] = []
         self.note(
             "producer: store.create",
-            timed(lambda i: tasks.append(store.create("steps.lifecycle", i)), inputs),
+            timed(lambda i: tasks.append(store.create("steps.lifecycle", i)), inputs, self.raw),
         )
         self.note(
             "floor: raw INSERT ... RETURNING",
@@ -132,17 +156,20 @@ class Steps:
                     RAW_INSERT, (new_id(), "steps.lifecycle", Jsonb(i)), prepare=True
                 ).fetchone(),
                 inputs,
+                self.raw,
             ),
         )
-        self.note("producer: Celery send_task", timed(queue.publish, tasks))
-        self.note("producer: dispatch mark (add)", timed(queue.dispatch_marks.add, tasks))
+        self.note("producer: Celery send_task", timed(queue.publish, tasks, self.raw))
+        self.note("producer: dispatch mark (add)", timed(queue.dispatch_marks.add, tasks, self.raw))
         queue.dispatch_marks.flush()
         # -- worker ------------------------------------------------------
         lease = queue.lease
         claimed: list[Any] = []
         self.note(
             "worker: store.claim",
-            timed(lambda t: claimed.append(store.claim(t.id, new_worker_id(), lease)), tasks),
+            timed(
+                lambda t: claimed.append(store.claim(t.id, new_worker_id(), lease)), tasks, self.raw
+            ),
         )
         raw_ids = [
             r[0]
@@ -156,6 +183,7 @@ class Steps:
             timed(
                 lambda i: self.raw.execute(RAW_CLAIM, (worker, i), prepare=True).fetchone(),
                 raw_ids,
+                self.raw,
             ),
         )
         heartbeat = Heartbeat.of(queue)
@@ -168,7 +196,8 @@ class Steps:
             heartbeat.discard(run)
             runs.append(run)
 
-        self.note("worker: run, heartbeat, context, job body", timed(bookkeeping, claimed))
+        bookkeeping_cost = timed(bookkeeping, claimed, self.raw)
+        self.note("worker: run, heartbeat, context, job body", bookkeeping_cost)
         self.note(
             "worker: outcome write (Run.write)",
             timed(
@@ -176,6 +205,7 @@ class Steps:
                     status=TaskStatus.COMPLETED, result={"n": 1, "ok": True}, progress=1.0
                 ),
                 runs,
+                self.raw,
             ),
         )
         artifacts = Jsonb([{"artifact_id": "out", "name": "out.txt", "parts": ["row 1"]}])
@@ -186,25 +216,25 @@ class Steps:
                     RAW_COMPLETE, (Jsonb({"n": 1, "ok": True}), artifacts, i, worker), prepare=True
                 ).fetchone(),
                 raw_ids,
+                self.raw,
             ),
         )
         self.raw.execute("TRUNCATE queuestore_tasks")
 
     def report(self, rounds: int) -> None:
         table = Table(title=f"per task, medians of {rounds} rounds of {self.n} tasks")
-        for column in ("step", "CPU ms", "wall ms"):
+        for column in ("step", "client CPU ms", "PostgreSQL CPU ms", "wall ms"):
             table.add_column(column, justify="left" if column == "step" else "right")
         sums: dict[str, list[float]] = {}
         for label, values in self.costs.items():
-            cpu = statistics.median(v[0] for v in values[1:] or values)
-            wall = statistics.median(v[1] for v in values[1:] or values)
-            table.add_row(label, f"{cpu:.3f}", f"{wall:.3f}")
-            side = label.split(":")[0]
-            sums.setdefault(side, [0.0, 0.0])
-            sums[side][0] += cpu
-            sums[side][1] += wall
-        for side, (cpu, wall) in sums.items():
-            table.add_row(f"[bold]sum, {side}", f"{cpu:.3f}", f"{wall:.3f}")
+            measured = values[1:] or values  # the first round warms up
+            medians = [statistics.median(v[k] for v in measured) for k in range(3)]
+            table.add_row(label, *(f"{m:.3f}" for m in medians))
+            side = sums.setdefault(label.split(":")[0], [0.0, 0.0, 0.0])
+            for k in range(3):
+                side[k] += medians[k]
+        for side, totals in sums.items():
+            table.add_row(f"[bold]sum, {side}", *(f"{m:.3f}" for m in totals))
         console.print(table)
         console.print(f"[dim]load: {os.getloadavg()[0]:.2f} (1 min)")
 
