@@ -69,3 +69,19 @@ def test_a_runs_own_outcome_wakes_no_worker_but_is_announced_to_callers(
         store.report(task.id, "w1", status=TaskStatus.COMPLETED, result={"ok": True})
         assert heard(changes, task.id, 5.0) == [(task.id, TaskStatus.COMPLETED)]
         assert heard(stops, task.id, 0.3) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_reaper_failing_a_lost_run_wakes_no_worker(store: TaskStore) -> None:
+    # The reaper's write is fenced to the lost run's worker, like the run's own writes.
+    task = store.create("x.y")
+    claimed = store.claim(task.id, "w1", LEASE)
+    assert claimed is not None
+    assert claimed.lease_expires_at is not None
+
+    with store.subscribe_stops() as stops, store.subscribe() as changes:
+        (reaped,) = store.reap(now=claimed.lease_expires_at + LEASE, max_attempts=1)
+        assert reaped.status is TaskStatus.FAILED
+        assert heard(changes, task.id, 5.0) == [(task.id, TaskStatus.FAILED)]
+        assert heard(stops, task.id, 0.3) == []
