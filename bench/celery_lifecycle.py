@@ -1,6 +1,7 @@
 """Celery lifecycle benchmark: queuestore against bare Celery and Celery's database backend.
 
-    uv run python bench/celery_lifecycle.py [--tasks N] [--rounds R] [--quick]
+    uv run python bench/celery_lifecycle.py [--tasks N] [--rounds R] [--pool solo|prefork]
+        [--only throughput|cancel|memory|wakeups] [--quick]
 
 Needs Redis on 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432 (user postgres,
 trust). In one run it:
@@ -15,7 +16,12 @@ trust). In one run it:
 3. measures Celery with its SQLAlchemy result backend on the same PostgreSQL;
 4. measures cancel-to-stopped latency on the prefork pool (revoke with
    SIGUSR1) and on the solo pool (the heartbeat thread's LISTEN/NOTIFY);
-5. samples a solo worker's RSS over 20,000 lifecycle tasks.
+5. samples a solo worker's RSS over 20,000 lifecycle tasks;
+6. counts how many worker wakeups a completion causes with 8 solo workers
+   (each worker's heartbeat thread counts its listener's returns with changes).
+
+Throughput (1)-(3) runs once with every worker on the solo pool and once with
+every worker on the prefork pool, concurrency 2 (``--pool`` picks one).
 
 Every worker runs ``celery worker --pool=solo --without-heartbeat
 --without-gossip --without-mingle -l warning`` with ``task_acks_late`` and
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import os
 import secrets
 import signal
@@ -64,7 +71,8 @@ WORKER_FLAGS = [
 FAIRNESS = (
     "all workers: celery worker --pool=solo --without-heartbeat --without-gossip "
     "--without-mingle -l warning; task_acks_late=True, worker_prefetch_multiplier=1, "
-    "JSON, same Redis broker; the prefork cancel run uses --pool=prefork --concurrency=1"
+    "JSON, same Redis broker; the prefork cancel run uses --pool=prefork --concurrency=1; "
+    "the prefork throughput run puts every worker on --pool=prefork --concurrency=2"
 )
 
 console = Console(width=max(Console().width, 110))
@@ -115,6 +123,8 @@ class Worker:
     pool: str
     env: dict[str, str]
     profile: str | None = None
+    concurrency: int = 1
+    command: list[str] | None = None  # not a Celery worker: this command instead
     process: subprocess.Popen[bytes] | None = None
     log: Any = field(default=None, repr=False)
 
@@ -122,10 +132,13 @@ class Worker:
         env = dict(self.env)
         if self.profile:
             env["BENCH_PROFILE"] = self.profile
-        command = [sys.executable, "-m", "celery", "-A", self.target, "worker"]
-        command += [f"--pool={self.pool}", *WORKER_FLAGS]
-        if self.pool == "prefork":
-            command.append("--concurrency=1")
+        if self.command is not None:
+            command = self.command
+        else:
+            command = [sys.executable, "-m", "celery", "-A", self.target, "worker"]
+            command += [f"--pool={self.pool}", *WORKER_FLAGS]
+            if self.pool == "prefork":
+                command.append(f"--concurrency={self.concurrency}")
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             command,
@@ -202,6 +215,9 @@ def running(worker: Worker, r: redis.Redis) -> Iterator[Worker]:
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
+POOLS = {"solo": ("solo", 1), "prefork": ("prefork", 2)}
+"""The throughput runs' pools: ``celery worker --pool=<pool> --concurrency=<n>`` on every side."""
+
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (0 if it is gone), from /proc."""
@@ -210,6 +226,16 @@ def cpu_seconds(pid: int) -> float:
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and its live descendants (a prefork worker's children)."""
+    total = cpu_seconds(pid)
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for thread in Path(f"/proc/{pid}/task").iterdir():
+            for child in (thread / "children").read_text().split():
+                total += tree_cpu_seconds(int(child))
+    return total
 
 
 def wait_until(
@@ -235,11 +261,10 @@ class Bench:
     pg_url: str
     env: dict[str, str]
     m: Any  # the lifecycle_app module
+    pm: Any  # the procrastinate_app module
     db: psycopg.Connection[Any]
     producer_cpu: float = 0.0
-    cpu: dict[str, list[tuple[float, float, float]]] = field(
-        default_factory=lambda: {"queuestore": [], "bare": [], "db": []}
-    )
+    cpu: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
     stopped_by: dict[str, dict[str, int]] = field(
         default_factory=lambda: {"prefork": {}, "solo": {}}
     )
@@ -262,14 +287,14 @@ class Bench:
         ).fetchall()
         return sum(cpu_seconds(pid) for (pid,) in rows)
 
-    def measured(self, mode: str, worker: Worker, run: Callable[[], float], n: int) -> float:
+    def measured(self, label: str, worker: Worker, run: Callable[[], float], n: int) -> float:
         """Run one round; note CPU ms per task of the worker, the producer and PostgreSQL."""
-        worker_cpu, pg_cpu = cpu_seconds(worker.pid), self.backend_cpu()
+        worker_cpu, pg_cpu = tree_cpu_seconds(worker.pid), self.backend_cpu()
         self.producer_cpu = 0.0
         rate = run()
-        self.cpu[mode].append(
+        self.cpu.setdefault(label, []).append(
             (
-                (cpu_seconds(worker.pid) - worker_cpu) * 1000 / n,
+                (tree_cpu_seconds(worker.pid) - worker_cpu) * 1000 / n,
                 self.producer_cpu * 1000 / n,
                 (self.backend_cpu() - pg_cpu) * 1000 / n,
             )
@@ -284,10 +309,16 @@ class Bench:
     def queuestore_round(self, n: int) -> float:
         self.truncate("queuestore_tasks")
         queue = self.m.queue
+        profiler = cProfile.Profile(time.thread_time) if self.args.profile else None
         start = time.monotonic()
         cpu = time.process_time()
+        if profiler is not None:
+            profiler.enable()
         for i in range(n):
             queue.submit("bench.lifecycle", {"n": i})
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{self.args.profile}/producer.prof")
         self.producer_cpu = time.process_time() - cpu
         end = wait_until(
             lambda: self.completed() >= n, timeout=60 + n / 10, what="queuestore tasks"
@@ -328,43 +359,114 @@ class Bench:
         )
         return n / (end - start)
 
-    def throughput(self) -> dict[str, list[float]]:
+    # (1b) procrastinate, the same lifecycle, state in a side table
+    def procrastinate_round(self, n: int) -> float:
+        self.truncate(self.pm.STATE_TABLE)
+        defer = self.pm.lifecycle.defer
+        start = time.monotonic()
+        cpu = time.process_time()
+        for i in range(n):
+            defer(n=i)
+        self.producer_cpu = time.process_time() - cpu
+        end = wait_until(
+            lambda: (
+                self.count(f"SELECT count(*) FROM {self.pm.STATE_TABLE} WHERE result IS NOT NULL")
+                >= n
+            ),
+            timeout=60 + n / 10,
+            what="procrastinate jobs",
+        )
+        return n / (end - start)
+
+    def procrastinate_worker(self, concurrency: int) -> Worker:
+        command = [sys.executable, "-m", "procrastinate", "--app=procrastinate_app.app"]
+        command += ["worker", f"--concurrency={concurrency}", f"--queues={self.pm.QUEUE}"]
+        env = self.env | {"BENCH_PROCRASTINATE_WORKER": "1"}
+        return Worker("procrastinate_app.app", "asyncio", env, None, concurrency, command)
+
+    def throughput(self, pool: str) -> dict[str, list[float]]:
+        """Interleaved rounds of the three runs, every worker on ``pool`` (``POOLS``)."""
         n, rounds = self.args.tasks, self.args.rounds
         profile = self.args.profile
+        celery_pool, concurrency = POOLS[pool]
+
+        def worker(target: str, name: str) -> Worker:
+            stats = profile and f"{profile}/{name}{'' if pool == 'solo' else '-' + pool}.prof"
+            return Worker(target, celery_pool, self.env, stats, concurrency)
+
         workers = [
-            Worker("lifecycle_app:app", "solo", self.env, profile and f"{profile}/queuestore.prof"),
-            Worker("lifecycle_app:bare_app", "solo", self.env, profile and f"{profile}/bare.prof"),
-            Worker("lifecycle_app:db_app", "solo", self.env, profile and f"{profile}/db.prof"),
+            worker("lifecycle_app:app", "queuestore"),
+            worker("lifecycle_app:bare_app", "bare"),
+            worker("lifecycle_app:db_app", "db"),
+            self.procrastinate_worker(concurrency),
         ]
-        results: dict[str, list[float]] = {"queuestore": [], "bare": [], "db": []}
+        results: dict[str, list[float]] = {
+            "queuestore": [],
+            "bare": [],
+            "db": [],
+            "procrastinate": [],
+        }
         try:
-            for worker in workers:
-                worker.start(self.r)
-            console.print(f"warm-up ({max(n // 5, 50)} tasks each) ...")
+            for each in workers:
+                each.start(self.r)
+            console.print(f"{pool}: warm-up ({max(n // 5, 50)} tasks each) ...")
             warm = max(n // 5, 50)
             self.queuestore_round(warm)
             self.bare_round(warm)
             self.db_backend_round(warm)
+            self.procrastinate_round(warm)
             for number in range(1, rounds + 1):
                 # Interleaved, so drift in the machine's load hits all three alike.
-                for mode, worker, run in (
+                for mode, each, run in (
                     ("queuestore", workers[0], self.queuestore_round),
                     ("bare", workers[1], self.bare_round),
                     ("db", workers[2], self.db_backend_round),
+                    ("procrastinate", workers[3], self.procrastinate_round),
                 ):
-                    results[mode].append(self.measured(mode, worker, lambda r=run: r(n), n))
+                    label = mode if pool == "solo" else f"{mode}, {pool}"
+                    results[mode].append(self.measured(label, each, lambda r=run: r(n), n))
                 console.print(
-                    f"round {number}/{rounds}: queuestore {results['queuestore'][-1]:7.1f}/s  "
-                    f"bare {results['bare'][-1]:7.1f}/s  db-backend {results['db'][-1]:7.1f}/s"
+                    f"{pool} round {number}/{rounds}: "
+                    f"queuestore {results['queuestore'][-1]:7.1f}/s  "
+                    f"bare {results['bare'][-1]:7.1f}/s  db-backend {results['db'][-1]:7.1f}/s  "
+                    f"procrastinate {results['procrastinate'][-1]:7.1f}/s"
                 )
         except BaseException:
-            for worker in workers:
-                console.print(f"[red]worker {worker.target} said:[/]\n{worker.output()[-3000:]}")
+            for each in workers:
+                console.print(f"[red]worker {each.target} said:[/]\n{each.output()[-3000:]}")
             raise
         finally:
-            for worker in workers:
-                worker.stop()
+            for each in workers:
+                each.stop()
         return results
+
+    # (6) wakeups: how many workers a completion wakes
+    def wakeups(self, workers: int, n: int) -> tuple[int, int]:
+        """Worker wakeups by changes, and completions, over ``n`` tasks on ``workers`` workers.
+
+        Each worker counts (in Redis) the times its heartbeat thread's listener
+        returned with changes; a listener on the general channel
+        ``queuestore_tasks``, which every worker listened to before, counts
+        what each of them would have been woken by.
+        """
+        self.truncate("queuestore_tasks")
+        env = self.env | {"BENCH_COUNT_WAKEUPS": "1"}
+        self.r.set(self.m.WAKEUPS_KEY, 0)
+        started = [Worker("lifecycle_app:app", "solo", env) for _ in range(workers)]
+        try:
+            for each in started:
+                each.start(self.r)
+            with psycopg.connect(self.pg_url, autocommit=True) as listener:
+                listener.execute("LISTEN queuestore_tasks")
+                for i in range(n):
+                    self.m.queue.submit("bench.lifecycle", {"n": i})
+                wait_until(lambda: self.completed() >= n, timeout=60 + n / 10, what="tasks")
+                time.sleep(0.5)  # let the last notifications arrive
+                announced = sum(1 for _ in listener.notifies(timeout=0.5))
+        finally:
+            for each in started:
+                each.stop()
+        return int(self.r.get(self.m.WAKEUPS_KEY) or 0), announced
 
     # (4) cancel -> stopped
     def cancel_latency(self, pool: str, samples: int) -> list[float]:
@@ -437,17 +539,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(
-    throughput: dict[str, list[float]],
+    throughput: dict[str, dict[str, list[float]]],
     cpu: dict[str, list[tuple[float, float, float]]],
     *,
     cancel: dict[str, list[float]],
-    memory: list[tuple[int, int]],
+    memory: list[tuple[int, int]] | None,
+    wakeups: tuple[int, int, int] | None,
     warm_after: int,
     args: argparse.Namespace,
 ) -> bool:
-    qs = statistics.median(throughput["queuestore"])
-    bare = statistics.median(throughput["bare"])
-    db = statistics.median(throughput["db"])
     table = Table(title=f"Celery lifecycle benchmark (N={args.tasks}, medians of {args.rounds})")
     for column in ("figure", "value", "baseline", "ratio", "target", "result"):
         table.add_column(column, justify="left" if column == "figure" else "right")
@@ -457,22 +557,46 @@ def report(
         verdicts.append(ok)
         table.add_row(figure, value, baseline, ratio, target, "[green]PASS" if ok else "[red]MISS")
 
-    row(
-        "lifecycle throughput vs bare Celery",
-        f"{qs:.0f} tasks/s",
-        f"{bare:.0f} tasks/s",
-        f"{qs / bare:.2f}x",
-        target=">= 0.5x",
-        ok=qs / bare >= 0.5,
-    )
-    row(
-        "lifecycle throughput vs Celery db backend",
-        f"{qs:.0f} tasks/s",
-        f"{db:.0f} tasks/s",
-        f"{qs / db:.2f}x",
-        target=">= 5x",
-        ok=qs / db >= 5,
-    )
+    for pool, rates in throughput.items():
+        qs = statistics.median(rates["queuestore"])
+        bare = statistics.median(rates["bare"])
+        db = statistics.median(rates["db"])
+        where = "" if pool == "solo" else f", {pool} -c {POOLS[pool][1]}"
+        row(
+            f"lifecycle throughput vs bare Celery{where}",
+            f"{qs:.0f} tasks/s",
+            f"{bare:.0f} tasks/s",
+            f"{qs / bare:.2f}x",
+            target=">= 0.5x",
+            ok=qs / bare >= 0.5,
+        )
+        row(
+            f"lifecycle throughput vs Celery db backend{where}",
+            f"{qs:.0f} tasks/s",
+            f"{db:.0f} tasks/s",
+            f"{qs / db:.2f}x",
+            target=">= 5x",
+            ok=qs / db >= 5,
+        )
+        peer = statistics.median(rates["procrastinate"])
+        row(
+            f"lifecycle throughput vs procrastinate 3.10{where}",
+            f"{qs:.0f} tasks/s",
+            f"{peer:.0f} tasks/s",
+            f"{qs / peer:.2f}x",
+            target=">= 2x",
+            ok=qs / peer >= 2,
+        )
+    if wakeups is not None:
+        woken, announced, workers = wakeups
+        row(
+            f"worker wakeups per completion, {workers} workers",
+            f"{woken / announced:.2f}",
+            f"{workers:.2f} (all LISTEN queuestore_tasks)",
+            f"{woken} / {announced}",
+            target="<= 1",
+            ok=woken <= announced,
+        )
     for pool, values in cancel.items():
         ms = [value * 1000 for value in values]
         row(
@@ -491,17 +615,18 @@ def report(
             target="< 1000 ms",
             ok=percentile(ms, 0.99) < 1000,
         )
-    base = dict(memory)[warm_after]
-    last_count, last = memory[-1]
-    growth = (last - base) / base
-    row(
-        f"worker RSS over {last_count:,} tasks",
-        f"{last / 1024:.1f} MiB",
-        f"{base / 1024:.1f} MiB @ {warm_after:,}",
-        f"{growth * 100:+.1f}%",
-        target="< +10% after warm-up",
-        ok=growth < 0.10,
-    )
+    if memory is not None:
+        base = dict(memory)[warm_after]
+        last_count, last = memory[-1]
+        growth = (last - base) / base
+        row(
+            f"worker RSS over {last_count:,} tasks",
+            f"{last / 1024:.1f} MiB",
+            f"{base / 1024:.1f} MiB @ {warm_after:,}",
+            f"{growth * 100:+.1f}%",
+            target="< +10% after warm-up",
+            ok=growth < 0.10,
+        )
     console.print(table)
     if any(cpu.values()):
         costs = Table(title="CPU per task, ms (medians over the rounds)")
@@ -515,15 +640,18 @@ def report(
             costs.add_row(mode, f"{columns[0]:.2f}", f"{columns[1]:.2f}", pg, f"{sum(columns):.2f}")
         console.print(costs)
     console.print(f"[dim]fairness: {FAIRNESS}")
-    console.print(
-        "[dim]throughput: from the first submit until the store/counter/result table "
-        "shows all N done (polled every 20 ms); rounds: "
-        + ", ".join(f"{k} {' '.join(f'{v:.0f}' for v in vs)}" for k, vs in throughput.items())
-    )
-    console.print(
-        "[dim]memory (tasks: MiB): "
-        + ", ".join(f"{count}: {rss / 1024:.1f}" for count, rss in memory)
-    )
+    for pool, rates in throughput.items():
+        console.print(
+            f"[dim]throughput, {pool}: from the first submit until the store/counter/result "
+            "table shows all N done (polled every 20 ms); rounds: "
+            + ", ".join(f"{k} {' '.join(f'{v:.0f}' for v in vs)}" for k, vs in rates.items())
+        )
+    if memory is not None:
+        console.print(
+            "[dim]memory (tasks: MiB): "
+            + ", ".join(f"{count}: {rss / 1024:.1f}" for count, rss in memory)
+        )
+    console.print(f"[dim]load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     return all(verdicts)
 
 
@@ -546,19 +674,65 @@ def parse_args() -> argparse.Namespace:
         "--profile", metavar="DIR", help="run the throughput workers under cProfile, stats in DIR"
     )
     parser.add_argument(
-        "--only", choices=["throughput", "cancel", "memory"], action="append", default=None
+        "--only",
+        choices=["throughput", "cancel", "memory", "wakeups"],
+        action="append",
+        default=None,
     )
+    parser.add_argument(
+        "--pool",
+        choices=sorted(POOLS),
+        action="append",
+        default=None,
+        help="throughput with every worker on this pool: solo, or prefork -c 2 (default: both)",
+    )
+    parser.add_argument("--wakeup-workers", type=int, default=8)
+    parser.add_argument("--wakeup-tasks", type=int, default=400)
     args = parser.parse_args()
     return args
+
+
+def measure(bench: Bench, parts: set[str], *, every: int, warm_after: int) -> bool:
+    """Run the parts asked for and print the report; True if every figure passed."""
+    args = bench.args
+    throughput = {}
+    if "throughput" in parts:
+        for pool in args.pool or ["solo", "prefork"]:
+            throughput[pool] = bench.throughput(pool)
+    cancel: dict[str, list[float]] = {}
+    if "cancel" in parts:
+        for pool in ("prefork", "solo"):
+            console.print(f"cancel latency, {pool} pool ...")
+            cancel[pool] = bench.cancel_latency(pool, args.cancel_samples)
+            console.print(f"  the job saw the stop as: {bench.stopped_by[pool]}")
+    memory = None
+    if "memory" in parts:
+        console.print(f"memory over {args.memory_tasks:,} tasks ...")
+        memory = bench.memory(args.memory_tasks, every)
+    wakeups = None
+    if "wakeups" in parts:
+        console.print(f"wakeups, {args.wakeup_workers} workers ...")
+        woken, announced = bench.wakeups(args.wakeup_workers, args.wakeup_tasks)
+        wakeups = (woken, announced, args.wakeup_workers)
+    return report(
+        throughput,
+        bench.cpu,
+        cancel=cancel,
+        memory=memory,
+        wakeups=wakeups,
+        warm_after=warm_after,
+        args=args,
+    )
 
 
 def main() -> int:
     args = parse_args()
     if args.quick:
         args.tasks, args.rounds, args.cancel_samples, args.memory_tasks = 200, 2, 10, 2000
+        args.wakeup_tasks = 100
     every = max(args.memory_tasks // 20, 1)
     warm_after = min(2 * every, args.memory_tasks)
-    parts = set(args.only or ["throughput", "cancel", "memory"])
+    parts = set(args.only or ["throughput", "cancel", "memory", "wakeups"])
 
     redis_url = f"redis://127.0.0.1:6379/{args.redis_db}"
     r = redis.Redis.from_url(redis_url)
@@ -588,36 +762,19 @@ def main() -> int:
             os.environ.update(env)
             sys.path.insert(0, str(HERE))
             import lifecycle_app as m
+            import procrastinate_app as pm
 
             with m.store.engine.connect():
                 pass  # the dialect learns the server's defaults on its first connection
             m.store.migrate()
+            pm.app.open()
+            pm.app.schema_manager.apply_schema()
             with psycopg.connect(pg_url, autocommit=True) as db:
-                bench = Bench(args, r, pg_url, env, m, db)
-                throughput = (
-                    bench.throughput()
-                    if "throughput" in parts
-                    else {"queuestore": [1.0], "bare": [1.0], "db": [1.0]}
-                )
-                cancel: dict[str, list[float]] = {}
-                if "cancel" in parts:
-                    for pool in ("prefork", "solo"):
-                        console.print(f"cancel latency, {pool} pool ...")
-                        cancel[pool] = bench.cancel_latency(pool, args.cancel_samples)
-                        console.print(f"  the job saw the stop as: {bench.stopped_by[pool]}")
-                memory = [(0, 1), (warm_after, 1)]
-                if "memory" in parts:
-                    console.print(f"memory over {args.memory_tasks:,} tasks ...")
-                    memory = bench.memory(args.memory_tasks, every)
+                db.execute(pm.CREATE_STATE_TABLE)
+                bench = Bench(args, r, pg_url, env, m, pm, db)
+                ok = measure(bench, parts, every=every, warm_after=warm_after)
                 m.store.engine.dispose()
-                ok = report(
-                    throughput,
-                    bench.cpu,
-                    cancel=cancel,
-                    memory=memory,
-                    warm_after=warm_after,
-                    args=args,
-                )
+                pm.app.close()
     finally:
         for worker in list(_ACTIVE):
             worker.stop()

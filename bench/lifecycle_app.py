@@ -13,15 +13,20 @@ comes from ``QUEUESTORE_*`` like ``workers/__init__.py``, plus:
   cooperative job records when it saw a cancel.
 - ``BENCH_RUN``: a token that keeps this run's queues apart from any other's.
 - ``BENCH_RESULT_BACKEND``: the ``db+postgresql+psycopg://`` URL for ``db_app``.
-- ``BENCH_PROFILE``: a file; the worker's main thread runs under cProfile and
+- ``BENCH_COUNT_WAKEUPS``: count in Redis (``WAKEUPS_KEY``) each time the
+  heartbeat thread's listener returns with changes: a wakeup by a change.
+- ``BENCH_PROFILE``: a file; the worker's main thread runs under cProfile,
+  timed by that thread's CPU clock (waits on the network cost nothing), and
   dumps its statistics there at shutdown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -39,6 +44,7 @@ READY_KEY = "bench:ready:{pid}"
 COUNTER_KEY = "bench:count"
 STARTED_KEY = "bench:started:{task_id}"
 STOPPED_KEY = "bench:stopped:{task_id}"
+WAKEUPS_KEY = "bench:wakeups"
 
 settings = Settings()
 _redis = redis.Redis.from_url(os.environ.get("BENCH_REDIS_URL", settings.broker_url))
@@ -56,6 +62,23 @@ def _celery(name: str, queue_name: str, **overrides: Any) -> Celery:
 app = _celery("bench_queuestore", QS_QUEUE)
 store = settings.make_store()
 queue = settings.make_queue(app, store, beat=False)
+
+if os.environ.get("BENCH_COUNT_WAKEUPS"):
+    _subscribe_stops = store.subscribe_stops
+
+    @contextlib.contextmanager
+    def _counted_stops() -> Iterator[Any]:
+        with _subscribe_stops() as listen:
+
+            def counted(seconds: float) -> Any:
+                changes = listen(seconds)
+                if changes:
+                    _redis.incr(WAKEUPS_KEY)
+                return changes
+
+            yield counted
+
+    store.subscribe_stops = _counted_stops  # type: ignore[method-assign]
 
 
 @job(app, name="bench.lifecycle")
@@ -115,7 +138,7 @@ _profiler: list[cProfile.Profile] = []
 @worker_ready.connect
 def _announce_ready(**_: Any) -> None:
     if os.environ.get("BENCH_PROFILE"):
-        _profiler.append(cProfile.Profile())
+        _profiler.append(cProfile.Profile(time.thread_time))
         _profiler[0].enable()
     _redis.set(READY_KEY.format(pid=os.getpid()), "1", ex=3600)
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from queuestore.config import Settings
 from queuestore.errors import QueueStoreError
 from queuestore.janitor import run_janitor
-from queuestore.models import Task
+from queuestore.presentation import task_table
 
 app = typer.Typer(help="A durable task store whose tasks run as Celery jobs.", no_args_is_help=True)
 db = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
@@ -132,42 +130,3 @@ def demo(
     from queuestore.demo import run_demo
 
     raise typer.Exit(run_demo(console, keep=keep))
-
-
-def task_table(rows: list[Task], title: str | None = None) -> Table:
-    """A table of tasks for the terminal."""
-    table = Table(title=title)
-    table.add_column("id", no_wrap=True)
-    table.add_column("job", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("progress", justify="right")
-    table.add_column("outcome", overflow="fold")
-    table.add_column("artifacts", justify="right")
-    for task in rows:
-        table.add_row(
-            task.id,
-            task.name,
-            _styled_status(task),
-            "" if task.progress is None else f"{task.progress:.0%}",
-            _outcome(task),
-            str(sum(len(artifact.parts) for artifact in task.artifacts)),
-        )
-    return table
-
-
-def _styled_status(task: Task) -> str:
-    colour = {
-        "completed": "green",
-        "failed": "red",
-        "cancelled": "yellow",
-        "input_required": "magenta",
-    }.get(task.status.value, "cyan")
-    return f"[{colour}]{task.status.value}[/]"
-
-
-def _outcome(task: Task) -> str:
-    if task.error is not None:
-        return f"{task.error.type}: {task.error.message}"
-    if task.result is not None:
-        return json.dumps(task.result)
-    return task.status_message or ""

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from queuestore.errors import TaskNotFound
 from queuestore.models import Task, TaskStatus
+from queuestore.presentation import task_table
 
 DEADLINE_SECONDS = 50.0
 _DEMO_ENV = {
@@ -115,8 +116,6 @@ def _drive(console: Console) -> int:
             if not live and "expiring" in removed:
                 break
             time.sleep(0.2)
-    from queuestore.cli import task_table
-
     console.print(task_table([latest[k] for k in submitted if k not in removed], "final state"))
     console.print(
         "removed by the janitor after its 2 s ttl: "

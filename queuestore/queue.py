@@ -10,8 +10,6 @@ harmless, so nothing is lost and nothing runs twice.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -22,11 +20,10 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, StoreUnavailable
-from queuestore.heartbeat import Heartbeat
+from queuestore.jobs import bind_settings, registered_job
 from queuestore.models import Task
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore, lost_runs
-from queuestore.worker import Job, execute, registered_job
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +35,6 @@ _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "
 _BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
 
 _QUEUES: weakref.WeakKeyDictionary[Celery, TaskQueue] = weakref.WeakKeyDictionary()
-_QUEUES_LOCK = threading.Lock()
 
 
 class TaskQueue:
@@ -92,12 +88,9 @@ class TaskQueue:
         self.terminate_on_cancel = terminate_on_cancel
         self.dispatch_grace = dispatch_grace
         self.redispatch_after = redispatch_after
-        self._heartbeat: Heartbeat | None = None
         self.dispatch_marks = DispatchMarks(store)
-        with _QUEUES_LOCK:
-            first = app not in _QUEUES
-            _QUEUES[app] = self
-        if first:
+        _QUEUES[app] = self
+        if bind_settings(app, self):  # the app's jobs run with this queue's store and intervals
             _register_maintenance(app)
 
     @classmethod
@@ -291,27 +284,6 @@ class TaskQueue:
             "options": {"expires": dispatch_interval.total_seconds()},
         }
         self.app.conf.beat_schedule = schedule
-
-    # -- worker side --------------------------------------------------------
-
-    def run(self, registered: Job, celery_task: Any, task_id: str) -> None:
-        """Run ``registered`` for ``task_id`` inside a Celery worker (called by ``@job``).
-
-        If the store cannot be reached to claim the task, the message is
-        retried later rather than acknowledged and lost.
-        """
-        try:
-            execute(self, registered, task_id)
-        except StoreUnavailable as exc:
-            countdown = min(2.0**celery_task.request.retries, 60.0)
-            log.warning("task %s: store unavailable (%s); retry in %.0fs", task_id, exc, countdown)
-            raise celery_task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
-
-    def heartbeat(self) -> Heartbeat:
-        """This process's heartbeat thread (made anew in each forked worker child)."""
-        if self._heartbeat is None or self._heartbeat.pid != os.getpid():
-            self._heartbeat = Heartbeat(self)
-        return self._heartbeat
 
 
 def _skipped_in_outage(name: str, run: Callable[[], int]) -> int:

@@ -90,7 +90,8 @@ def json_value(value: object, field: str, max_bytes: int) -> JsonValue:
         raise InvalidTaskData(f"is not JSON: {_first_error(exc)}", field=field) from exc
     except (TypeError, ValueError) as exc:
         raise InvalidTaskData(f"is not JSON: {exc}", field=field) from exc
-    if _holds_nul(checked):
+    # The encoding escapes a NUL as \u0000: only a text holding that can hold one.
+    if "\\u0000" in encoded and _holds_nul(checked):
         raise InvalidTaskData(_NUL_MESSAGE, field=field)
     size = len(encoded.encode())
     if size > max_bytes:

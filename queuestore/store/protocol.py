@@ -8,7 +8,8 @@ dispatcher use them.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,13 +20,23 @@ from queuestore.errors import (
     TaskNotFound,
 )
 from queuestore.models import (
+    TERMINAL,
     Artifact,
     Task,
     TaskError,
     TaskStatus,
 )
 from queuestore.owner import OwnerScope
-from queuestore.store.rules import _PENDING_STATUSES, UNSET, StoreCore, Unset, Write
+from queuestore.store.rules import (
+    _PARKED,
+    _PENDING_STATUSES,
+    UNSET,
+    Listener,
+    StatusChange,
+    StoreCore,
+    Unset,
+    Write,
+)
 
 
 class WorkerProtocol(StoreCore):
@@ -63,6 +74,27 @@ class WorkerProtocol(StoreCore):
         if task is None:
             raise TaskNotFound(task_id)
         return task
+
+    @contextmanager
+    def subscribe_stops(self) -> Iterator[Listener]:
+        """Listen for runs that someone other than their worker ended (a cancel).
+
+        A worker listens here to hear of a cancel at once; unlike
+        :meth:`subscribe`, a backend with a channel per kind of change wakes
+        it for nothing else. Here, every change that ends a run is passed on,
+        so the listener may return changes a worker made itself: callers look
+        up each task id among their runs.
+        """
+        with self.subscribe() as listen:
+
+            def stops(seconds: float) -> builtins.list[StatusChange]:
+                return [
+                    (task_id, status)
+                    for task_id, status in listen(seconds)
+                    if status in TERMINAL or status in _PARKED
+                ]
+
+            yield stops
 
     def reap(
         self, now: datetime | None = None, *, max_attempts: int = 3, limit: int = 100
@@ -223,3 +255,12 @@ def _lease(value: object) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise InvalidTaskData("must be a positive timedelta", field="lease")
     return value
+
+
+def stops_a_run(write: Write) -> bool:
+    """Whether ``write`` ends a task's run from outside it: a caller's cancel or update.
+
+    It releases the task (terminal or parked) without being fenced to a
+    worker: a run's own writes and the reaper's are fenced to the run's worker.
+    """
+    return write.release and write.fence is UNSET

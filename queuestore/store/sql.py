@@ -43,6 +43,7 @@ from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store import statements
 from queuestore.store.base import TaskStore
+from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import (
     Listener,
     ListQuery,
@@ -62,6 +63,7 @@ _T = statements.TABLE
 _C = statements.C
 _COLUMNS = statements.COLUMNS
 NOTIFY_CHANNEL = statements.NOTIFY_CHANNEL
+STOP_CHANNEL = statements.STOP_CHANNEL
 _PAGE = TypeAdapter(list[Task])
 _TERMINAL_VALUES = sorted(status.value for status in TERMINAL)
 _ANNOUNCED = TERMINAL | {TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED}
@@ -208,6 +210,14 @@ class SqlTaskStore(TaskStore):
         """Run a prepared single-row statement and return the task it returns."""
         intervals = {} if lease is None else {"lease": lease}
         params |= self._clock_sql.params(**intervals)
+        if self._postgres:
+            prepared = self._prepare(
+                ("json", key),
+                lambda: statements.as_task_json(build()),
+                columns=[statements.TASK_JSON],
+            )
+            rows = self._execute(prepared, params, read=read)
+            return Task.model_validate_json(rows[0]["task"]) if rows else None
         rows = self._execute(self._prepare(key, build), params, read=read)
         return _task_from(rows[0]) if rows else None
 
@@ -266,7 +276,11 @@ class SqlTaskStore(TaskStore):
         return self._run(("fetch", kind), build, params, read=True)
 
     def _write(self, task_id: str, write: Write) -> Task | None:
-        shape = WriteShape.of(write, announce=self._postgres and write.status in _ANNOUNCED)
+        shape = WriteShape.of(
+            write,
+            announce=self._postgres and write.status in _ANNOUNCED,
+            stops=self._postgres and stops_a_run(write),
+        )
         params = shape.params(task_id, write)
         for name in shape.columns:
             params[f"v_{name}"] = _column_value(params[f"v_{name}"])
@@ -410,9 +424,25 @@ class SqlTaskStore(TaskStore):
             with super().subscribe() as listen:
                 yield listen
             return
+        with self._listening(NOTIFY_CHANNEL) as listen:
+            yield listen
+
+    @contextmanager
+    def subscribe_stops(self) -> Iterator[Listener]:
+        """Runs ended by a caller via LISTEN on PostgreSQL; plain sleeping on SQLite."""
+        if not self._postgres:
+            with super().subscribe_stops() as listen:
+                yield listen
+            return
+        with self._listening(STOP_CHANNEL) as listen:
+            yield listen
+
+    @contextmanager
+    def _listening(self, channel: str) -> Iterator[Listener]:
+        """The status changes announced on ``channel``, on a connection of its own."""
         autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         with self._guard(), autocommit.connect() as connection:
-            connection.exec_driver_sql(f"LISTEN {NOTIFY_CHANNEL}")
+            connection.exec_driver_sql(f"LISTEN {channel}")
             driver = connection.connection.driver_connection
             dbapi = self.engine.dialect.loaded_dbapi
             assert driver is not None
@@ -434,7 +464,7 @@ class SqlTaskStore(TaskStore):
             try:
                 yield listen
             finally:
-                connection.exec_driver_sql(f"UNLISTEN {NOTIFY_CHANNEL}")
+                connection.exec_driver_sql(f"UNLISTEN {channel}")
 
 
 def _parse_change(payload: str) -> StatusChange:
@@ -465,11 +495,12 @@ def _value_of(clock: ColumnElement[datetime]) -> datetime:
 
 
 def _to_task(row: Row[Any]) -> Task:
-    return _task_from(dict(row._mapping))
+    return _task_from(dict(row._mapping))  # noqa: SLF001 - SQLAlchemy's public row mapping
 
 
 def _task_from(fields: dict[str, Any]) -> Task:
     fields.pop("_notified", None)
+    fields.pop("_stopped", None)
     ttl_ms = fields.pop("ttl_ms")
     fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
     return Task.model_validate(fields)

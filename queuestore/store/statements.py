@@ -74,6 +74,13 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
 NOTIFY_CHANNEL = "queuestore_tasks"
 """PostgreSQL channel announcing status changes as ``<task id>:<status>``."""
 
+STOP_CHANNEL = "queuestore_stops"
+"""PostgreSQL channel for workers: ``<task id>:<status>`` of runs ended by a caller (a cancel).
+
+Workers listen here rather than on :data:`NOTIFY_CHANNEL`, so that no worker
+wakes for another's completions.
+"""
+
 
 class Prepared:
     """One statement compiled for one dialect, run on the driver's own cursor."""
@@ -267,6 +274,40 @@ def page_tasks(shape: PageShape) -> ClauseElement:
     )
 
 
+TASK_JSON = literal_column("task", Text())
+"""The task column of :func:`as_task_json`: one task as a JSON object."""
+
+
+def _task_object(rows: Any) -> ColumnElement[Any]:
+    """``json_build_object`` of a task's fields from ``rows``, named as ``Task`` names them.
+
+    ``ttl`` is given in seconds, which pydantic reads as a ``timedelta``.
+    """
+    pairs: list[Any] = []
+    for column in COLUMNS:
+        if column.key == "ttl_ms":
+            pairs += [literal_column("'ttl'"), rows.c.ttl_ms / 1000.0]
+        else:
+            pairs += [literal_column(f"'{column.key}'"), rows.c[column.key]]
+    return func.json_build_object(*pairs)
+
+
+def as_task_json(statement: ClauseElement) -> ClauseElement:
+    """``statement`` (returning task rows) with each row as one JSON object (PostgreSQL).
+
+    Decoding 22 columns into Python objects one by one, six of them JSON
+    documents parsed by ``json.loads``, then validating a ``Task`` from them
+    costs more client CPU than the statement; pydantic-core parses one JSON
+    text into a ``Task`` for a fraction of it (as :func:`page_tasks_json`
+    does for pages). Any other column the statement returns (a NOTIFY's) is
+    selected too, so that it is evaluated.
+    """
+    rows = cast(Any, statement).cte("task_rows")
+    task_keys = {str(column.key) for column in COLUMNS}
+    others = [column for column in rows.c if column.key not in task_keys]
+    return select(_task_object(rows).cast(Text()).label("task"), *others)
+
+
 PAGE_JSON = literal_column("page", Text())
 """The one column of :func:`page_tasks_json`: the page as a JSON array of tasks."""
 
@@ -333,10 +374,14 @@ class WriteShape:
     mark_started: bool
     mark_finished: bool
     announce: bool
+    stops: bool
 
     @classmethod
-    def of(cls, write: Write, *, announce: bool) -> WriteShape:
-        """The shape of ``write``; ``announce`` adds a NOTIFY (PostgreSQL only)."""
+    def of(cls, write: Write, *, announce: bool, stops: bool = False) -> WriteShape:
+        """The shape of ``write``; ``announce`` and ``stops`` add NOTIFYs (PostgreSQL only).
+
+        ``announce`` tells :data:`NOTIFY_CHANNEL`, ``stops`` :data:`STOP_CHANNEL`.
+        """
         fence = "any"
         if write.fence is not UNSET:
             fence = "unclaimed" if write.fence is None else "worker"
@@ -353,6 +398,7 @@ class WriteShape:
             mark_started=write.mark_started,
             mark_finished=write.mark_finished,
             announce=announce,
+            stops=stops,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -407,12 +453,20 @@ def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
     if shape.leased:
         conditions.append(C.lease_expires_at == bindparam("expected_lease", type_=UTCDateTime))
     statement = update(TABLE).where(*conditions).values(values).returning(*COLUMNS)
-    if not shape.announce:
+    if not shape.announce and not shape.stops:
         return statement
     # Announce the change in the same statement, hence the same commit.
     updated = statement.cte("updated")
     change = updated.c.id.concat(":").concat(updated.c.status)
-    return select(*updated.c, func.pg_notify(NOTIFY_CHANNEL, change).label("_notified"))
+    notices = [
+        func.pg_notify(channel, change).label(label)
+        for channel, label, wanted in (
+            (NOTIFY_CHANNEL, "_notified", shape.announce),
+            (STOP_CHANNEL, "_stopped", shape.stops),
+        )
+        if wanted
+    ]
+    return select(*updated.c, *notices)
 
 
 def extend_lease(clock: Clock) -> ClauseElement:
