@@ -12,6 +12,7 @@ import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
+from types import FrameType
 from typing import Final
 
 from celery import Celery
@@ -64,10 +65,13 @@ def create_app(
             trusted_header=settings.http_trusted_header,
             require_principal=served.store.require_owner,
         )
-        app.state.queuestore = Service(AsyncTaskQueue(served), auth, settings)
+        service = Service(AsyncTaskQueue(served), auth, settings)
+        service.loop = asyncio.get_running_loop()
+        app.state.queuestore = service
         try:
             yield
         finally:
+            service.close_streams()
             if given is None:
                 served.store.close()
                 served.app.close()
@@ -190,11 +194,22 @@ def serve(
 
     settings = settings if settings is not None else Settings()
     served = load_queue(queue, settings) if isinstance(queue, str) else queue
-    uvicorn.run(
-        create_app(settings, queue=served),
+    app = create_app(settings, queue=served)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Event streams never end by themselves: end them, so that the
+            # graceful shutdown waits only for ordinary requests.
+            service: Service | None = getattr(app.state, "queuestore", None)
+            if service is not None:
+                service.close_streams()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app,
         host=host if host is not None else settings.http_host,
         port=port if port is not None else settings.http_port,
         proxy_headers=settings.http_trusted_header is not None,
-        # Event streams stay open: give them a moment, then close them.
-        timeout_graceful_shutdown=3,
+        timeout_graceful_shutdown=10,
     )
+    Server(config).run()

@@ -15,7 +15,9 @@ them open.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path
@@ -25,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 from queuestore.errors import StoreUnavailable, TaskNotFound
 from queuestore.http.problems import responses
 from queuestore.http.schemas import TaskView
-from queuestore.http.service import Principal, ServiceDep
+from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.models import Task
 from queuestore.watch import AsyncWatch
 
@@ -102,27 +104,48 @@ class EventStream(StreamingResponse):
 
 
 async def _one_task(
-    service: ServiceDep, changes: AsyncWatch, current: Task, owner: Any
+    service: Service, changes: AsyncWatch, current: Task, owner: Any
 ) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MS}\n\n".encode() + encode(current)
-    while not current.is_terminal:
-        change = await changes.get(timeout=service.keepalive)
-        if change is None:
-            # Idle: deletions are not streamed, so look whether the task is still there.
-            try:
-                await service.store.get(current.id, owner=owner)
-            except TaskNotFound:
-                return
-            except StoreUnavailable:
-                pass
-            yield b": keep-alive\n\n"
-        elif change.version > current.version:
-            current = change
-            yield encode(current)
+    if current.is_terminal:
+        return
+    async with aclosing(_until_closing(service, changes)) as following:
+        async for change in following:
+            if change is None:
+                # Idle: deletions are not streamed, so look whether the task is still there.
+                try:
+                    await service.store.get(current.id, owner=owner)
+                except TaskNotFound:
+                    return
+                except StoreUnavailable:
+                    pass
+                yield b": keep-alive\n\n"
+            elif change.version > current.version:
+                current = change
+                yield encode(current)
+                if current.is_terminal:
+                    return
 
 
-async def _every_task(service: ServiceDep, changes: AsyncWatch) -> AsyncIterator[bytes]:
+async def _every_task(service: Service, changes: AsyncWatch) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MS}\n\n".encode()
-    while True:
-        change = await changes.get(timeout=service.keepalive)
-        yield b": keep-alive\n\n" if change is None else encode(change)
+    async with aclosing(_until_closing(service, changes)) as following:
+        async for change in following:
+            yield b": keep-alive\n\n" if change is None else encode(change)
+
+
+async def _until_closing(
+    service: Service, changes: AsyncWatch
+) -> AsyncGenerator[Task | None, None]:
+    """Each change (None after ``keepalive`` idle seconds) until the server shuts down."""
+    closing = asyncio.ensure_future(service.closing.wait())
+    try:
+        while True:
+            change = asyncio.ensure_future(changes.get(timeout=service.keepalive))
+            await asyncio.wait({change, closing}, return_when=asyncio.FIRST_COMPLETED)
+            if not change.done():
+                change.cancel()
+                return
+            yield change.result()
+    finally:
+        closing.cancel()

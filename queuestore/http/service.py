@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -22,12 +23,20 @@ class Service:
         auth: resolves each request's principal.
         settings: the deployment's settings.
         keepalive: seconds between two keep-alive comments on an idle event stream.
+        closing: set when the server shuts down: event streams end at once.
     """
 
     queue: AsyncTaskQueue
     auth: Authenticator
     settings: Settings
     keepalive: float = 15.0
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def close_streams(self) -> None:
+        """End every event stream; callable from any thread (e.g. a signal handler)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.closing.set)
 
     @property
     def store(self) -> AsyncTaskStore:

@@ -7,6 +7,7 @@ endpoint: a clear 4xx, a problem document, and nothing written.
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -481,3 +482,17 @@ def test_openapi_document_and_dashboard(api: Api) -> None:
         assert page.headers["content-type"].startswith("text/html")
         assert "Content-Security-Policy" in page.headers
         assert client.get("/", follow_redirects=False).headers["location"] == "/dashboard"
+
+
+def test_shutdown_ends_open_streams(pg: HttpDeployment) -> None:
+    api = pg.start_api()
+    with api.client("token-alice") as client, client.stream("GET", "/events") as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        assert next(lines) == "retry: 2000"
+        started = time.monotonic()
+        api.process.process.send_signal(signal.SIGTERM)
+        assert list(lines) == [""]  # the stream ends; the server does not wait for it
+        api.process.process.wait(timeout=15)
+        assert time.monotonic() - started < 5
+    pg.stop(api)
