@@ -365,6 +365,13 @@ def test_bad_input_on_every_endpoint_writes_nothing(
         (alice.post("/tasks", content=b'{"name": ', headers=json_headers), 400, "malformed-json"),
         (alice.post(f"{url}/cancel", content=b"{", headers=json_headers), 400, "malformed-json"),
         (alice.post(f"{url}/resume", content=b"[1,", headers=json_headers), 400, "malformed-json"),
+        (alice.post("/tasks", content=b'{"name": "x"}'), 415, "unsupported-media-type"),
+        (
+            alice.post("/tasks", content=b'{"name": "x"}', headers={"Content-Type": "text/plain"}),
+            415,
+            "unsupported-media-type",
+        ),
+        (alice.post(f"{url}/resume", data={"answer": "x"}), 415, "unsupported-media-type"),
         # wrong types and shapes
         (alice.post("/tasks", json={"name": 7}), 422, "invalid-request"),
         (alice.post("/tasks", json={"name": "http.add", "input": [1, 2]}), 422, None),
