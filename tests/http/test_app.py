@@ -6,6 +6,8 @@ The real-process tests are in test_api.py; these cover configuration quickly.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +104,24 @@ def test_settings_alone_build_a_working_app(tmp_path: Path) -> None:
         assert http.get("/readyz").json() == {"status": "ok"}
         task_id = http.post("/tasks", json={"name": "job"}).json()["id"]
         assert http.get(f"/tasks/{task_id}").json()["status"] == "submitted"
+
+
+@pytest.mark.parametrize(
+    ("app", "message"),
+    [
+        ("no_such_module_here", "No module named 'no_such_module_here'"),
+        ("json:dumps", "--app json:dumps: no TaskQueue or Celery app named dumps"),
+    ],
+)
+def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "queuestore", "serve", "--app", app, "--port", "0"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUEUESTORE_")}
+    done = subprocess.run(
+        command,
+        check=False,
+        env=env | {"QUEUESTORE_HOME": str(tmp_path)},
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stdout.decode().strip().splitlines() == [message]
