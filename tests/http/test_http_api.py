@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from conftest import TRUSTED_HEADER, Api, HttpDeployment
+from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
+from http_support import events, snapshot
 from sqlalchemy import make_url
-from support import events, snapshot
 
 PROBLEM = "application/problem+json"
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import schemathesis
-from conftest import Api, HttpDeployment
+from http_deployment import Api, HttpDeployment
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
