@@ -25,6 +25,7 @@ from queuestore.config import Settings
 from queuestore.http import events, problems, tasks
 from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, load_verifier
 from queuestore.http.limits import BodyLimit
+from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
 from queuestore.http.schemas import Health
 from queuestore.http.service import Service, ServiceDep
@@ -87,6 +88,7 @@ def create_app(
     )
     problems.install(app, retry_after=settings.http_retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
+    app.add_middleware(SameOriginWrites)
     app.include_router(tasks.router)
     app.include_router(events.router)
     _health(app)

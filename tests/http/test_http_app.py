@@ -125,3 +125,17 @@ def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: P
     )
     assert done.returncode == 1
     assert done.stdout.decode().strip().splitlines() == [message]
+
+
+def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        for site in ("cross-site", "same-site"):
+            refused = http.post(
+                "/tasks", json={"name": "job"}, headers={"X-User": "erin", "Sec-Fetch-Site": site}
+            )
+            assert refused.status_code == 403
+            assert refused.json()["type"] == "urn:queuestore:problem:cross-site-request"
+        assert http.get("/tasks", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
+        same = http.post("/tasks", json={"name": "job"}, headers={"Sec-Fetch-Site": "same-origin"})
+        assert same.status_code == 201
+    assert not list(queue.store.iterate(owner="erin"))
