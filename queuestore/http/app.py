@@ -214,7 +214,6 @@ def serve(
         app,
         host=host if host is not None else settings.http_host,
         port=port if port is not None else settings.http_port,
-        proxy_headers=settings.http_trusted_header is not None,
         timeout_graceful_shutdown=10,
     )
     Server(config).run()
