@@ -139,3 +139,24 @@ def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
         same = http.post("/tasks", json={"name": "job"}, headers={"Sec-Fetch-Site": "same-origin"})
         assert same.status_code == 201
     assert not list(queue.store.iterate(owner="erin"))
+
+
+class _BrokenStore(InMemoryTaskStore):
+    def get(self, task_id: str, *, owner: Any = None) -> Any:
+        raise RuntimeError("secret internals at /srv/app.py line 12")
+
+
+def test_a_bug_is_a_bare_500_problem(caplog: pytest.LogCaptureFixture) -> None:
+    app = Celery("http-unit-broken", broker="memory://", set_as_current=False)
+    queue = TaskQueue(_BrokenStore(), app)
+    try:
+        with TestClient(create_app(Settings(), queue=queue), raise_server_exceptions=False) as http:
+            response = http.get("/tasks/AAAAAAAAAAAAAAAAAAAAAA")
+    finally:
+        app.close()
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "urn:queuestore:problem:internal-error"
+    assert "secret" not in response.text
+    assert "Traceback" not in response.text
+    assert "secret internals" in caplog.text  # the details are in the server's log
