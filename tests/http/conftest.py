@@ -71,6 +71,10 @@ def make_deployment(
         finally:
             for deployment in built:
                 deployment.close()
+                # kombu drops only queues its own connection declared: the servers
+                # published here, so the queue (with what no worker took) goes by name.
+                with Connection(REDIS_URL) as connection:
+                    connection.default_channel.client.delete(deployment.queue_name)
 
 
 @pytest.fixture(scope="session")
