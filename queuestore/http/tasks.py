@@ -75,6 +75,8 @@ async def create_task(
 @router.get("", responses=responses(400, 401, 422, 503))
 async def list_tasks(
     *,
+    request: Request,
+    response: Response,
     principal: Principal,
     service: ServiceDep,
     status: Annotated[
@@ -100,13 +102,38 @@ async def list_tasks(
         limit=limit,
         cursor=cursor,
     )
+    if page.next_cursor is not None:
+        following = request.url.include_query_params(cursor=page.next_cursor)
+        response.headers["Link"] = f'<{following}>; rel="next"'
     return TaskList(tasks=[TaskView.of(task) for task in page.tasks], next_cursor=page.next_cursor)
 
 
-@router.get("/{task_id}", responses=responses(401, 404, 422, 503))
-async def get_task(task_id: TaskId, principal: Principal, service: ServiceDep) -> TaskView:
-    """One task, as last committed."""
-    return TaskView.of(await service.store.get(task_id, owner=principal))
+@router.get(
+    "/{task_id}",
+    response_model=TaskView,
+    responses={
+        304: {"description": "Unchanged since the version in If-None-Match."},
+        **responses(401, 404, 422, 503),
+    },
+)
+async def get_task(
+    task_id: TaskId, request: Request, principal: Principal, service: ServiceDep
+) -> Response:
+    """One task, as last committed; its ``ETag`` is its version, for ``If-None-Match``."""
+    task = await service.store.get(task_id, owner=principal)
+    etag = f'"{task.version}"'
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if _etags(request.headers.get("if-none-match")) & {etag, "*"}:
+        return Response(status_code=304, headers=headers)
+    body = TaskView.of(task).model_dump_json()
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _etags(header: str | None) -> set[str]:
+    """The entity tags of an ``If-None-Match`` header (weak ones compare as strong)."""
+    if not header:
+        return set()
+    return {tag.strip().removeprefix("W/") for tag in header.split(",")}
 
 
 @router.post("/{task_id}/cancel", responses=responses(400, 401, 404, 409, 413, 415, 422, 503))

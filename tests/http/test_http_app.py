@@ -160,3 +160,30 @@ def test_a_bug_is_a_bare_500_problem(caplog: pytest.LogCaptureFixture) -> None:
     assert "secret" not in response.text
     assert "Traceback" not in response.text
     assert "secret internals" in caplog.text  # the details are in the server's log
+
+
+def test_get_answers_304_for_the_version_the_client_has(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        task_id = http.post("/tasks", json={"name": "job"}).json()["id"]
+        first = http.get(f"/tasks/{task_id}")
+        assert first.headers["etag"] == '"1"'
+        unchanged = http.get(f"/tasks/{task_id}", headers={"If-None-Match": '"1"'})
+        assert unchanged.status_code == 304
+        assert unchanged.content == b""
+        http.post(f"/tasks/{task_id}/cancel")
+        changed = http.get(f"/tasks/{task_id}", headers={"If-None-Match": 'W/"1", "7"'})
+        assert changed.status_code == 200
+        assert changed.headers["etag"] == '"2"'
+        assert changed.json()["status"] == "cancelled"
+
+
+def test_pages_link_to_the_next_one(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        for _ in range(3):
+            http.post("/tasks", json={"name": "job", "context_id": "c"})
+        page = http.get("/tasks", params={"context_id": "c", "limit": 2})
+        cursor = page.json()["next_cursor"]
+        assert page.links["next"]["url"].endswith(f"cursor={cursor}")
+        following = http.get(page.links["next"]["url"])
+        assert len(following.json()["tasks"]) == 1
+        assert "link" not in following.headers
