@@ -130,3 +130,30 @@ def demo(
     from queuestore.demo import run_demo
 
     raise typer.Exit(run_demo(console, keep=keep))
+
+
+@app.command()
+def serve(
+    url: UrlOption = None,
+    host: Annotated[str | None, typer.Option(help="Address; default QUEUESTORE_HTTP_HOST.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port; default QUEUESTORE_HTTP_PORT.")] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="MODULE[:NAME] holding the workers' TaskQueue or Celery app; "
+            "default: one built from the settings.",
+        ),
+    ] = None,
+) -> None:
+    """Run the HTTP API and its dashboard (needs the ``http`` extra)."""
+    try:
+        from queuestore.http import serve as serve_http
+    except ImportError as exc:
+        console.print(f"[red]queuestore serve needs the http extra: {exc}[/]")
+        raise typer.Exit(1) from exc
+    try:
+        serve_http(_settings(url), host, port, queue=queue)
+    except (ImportError, ValueError) as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from exc

@@ -1,0 +1,189 @@
+"""The application in-process (Starlette's TestClient) on the in-memory store: principals
+from every source, the verifier settings, and how the app owns what it builds.
+
+The real-process tests are in test_api.py; these cover configuration quickly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from celery import Celery
+from fastapi.testclient import TestClient
+
+from queuestore import InMemoryTaskStore, Settings, TaskQueue
+from queuestore.http import StaticTokens, create_app
+from queuestore.http.auth import load_verifier
+from queuestore.http.idempotency import task_id_for
+
+
+@pytest.fixture
+def queue() -> Iterator[TaskQueue]:
+    app = Celery("http-unit", broker="memory://", set_as_current=False)
+    made = TaskQueue(InMemoryTaskStore(), app)
+    yield made
+    app.close()
+
+
+def client(queue: TaskQueue, **settings: Any) -> TestClient:
+    return TestClient(create_app(Settings(**settings), queue=queue))
+
+
+def owner_of_new_task(http: TestClient, **headers: str) -> object:
+    response = http.post("/tasks", json={"name": "job"}, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()["owner"]
+
+
+def test_static_tokens_map_tokens_to_principals(queue: TaskQueue) -> None:
+    with client(queue, http_tokens={"t1": "alice"}) as http:
+        assert owner_of_new_task(http, Authorization="Bearer t1") == "alice"
+        assert owner_of_new_task(http, Authorization="bearer   t1 ") == "alice"
+        assert owner_of_new_task(http) is None
+        assert http.get("/tasks", headers={"Authorization": "Bearer t2"}).status_code == 401
+    assert "t1" not in repr(StaticTokens({"t1": "alice"}))
+    assert "t1" not in repr(Settings(http_tokens={"t1": "alice"}))
+
+
+def test_no_verifier_refuses_every_bearer_token(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        response = http.get("/tasks", headers={"Authorization": "Bearer anything"})
+        assert response.status_code == 401
+        assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+async def _async_verifier(token: str) -> str | None:
+    return token.removeprefix("user-") if token.startswith("user-") else None
+
+
+def test_verifier_given_in_code_may_be_async(queue: TaskQueue) -> None:
+    app = create_app(Settings(http_tokens={"ignored": "x"}), queue=queue, verifier=_async_verifier)
+    with TestClient(app) as http:
+        assert owner_of_new_task(http, Authorization="Bearer user-carol") == "carol"
+        assert http.get("/tasks", headers={"Authorization": "Bearer ignored"}).status_code == 401
+
+
+def test_verifier_from_an_import_path(queue: TaskQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = ModuleType("qs_test_verifiers")
+    module.verify = {"k": "dave"}.get  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "qs_test_verifiers", module)
+    with client(queue, http_token_verifier="qs_test_verifiers:verify") as http:
+        assert owner_of_new_task(http, Authorization="Bearer k") == "dave"
+    with pytest.raises(ValueError, match="not callable"):
+        load_verifier("qs_test_verifiers:missing")
+    with pytest.raises(ValueError, match="module:name"):
+        load_verifier("verify")
+
+
+def test_trusted_header_only_when_configured(queue: TaskQueue) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        assert owner_of_new_task(http, **{"X-User": "erin"}) == "erin"
+        assert owner_of_new_task(http, **{"X-User": "  "}) is None
+    with client(queue) as http:
+        assert owner_of_new_task(http, **{"X-User": "erin"}) is None
+
+
+def test_idempotency_keys_are_per_principal() -> None:
+    assert task_id_for("alice", "k") == task_id_for("alice", "k")
+    assert task_id_for("alice", "k") != task_id_for("bob", "k")
+    assert task_id_for(None, "k") != task_id_for("", "k")
+    assert len(task_id_for("alice", "k")) == 22
+
+
+def test_settings_alone_build_a_working_app(tmp_path: Path) -> None:
+    """No queue given: the embedded SQLite store (migrated on start) and the settings' broker."""
+    settings = Settings(home=tmp_path, broker_url="memory://")
+    with TestClient(create_app(settings)) as http:
+        assert http.get("/readyz").json() == {"status": "ok"}
+        task_id = http.post("/tasks", json={"name": "job"}).json()["id"]
+        assert http.get(f"/tasks/{task_id}").json()["status"] == "submitted"
+
+
+@pytest.mark.parametrize(
+    ("app", "message"),
+    [
+        ("no_such_module_here", "No module named 'no_such_module_here'"),
+        ("json:dumps", "--app json:dumps: no TaskQueue or Celery app named dumps"),
+    ],
+)
+def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "queuestore", "serve", "--app", app, "--port", "0"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUEUESTORE_")}
+    done = subprocess.run(
+        command,
+        check=False,
+        env=env | {"QUEUESTORE_HOME": str(tmp_path)},
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stdout.decode().strip().splitlines() == [message]
+
+
+def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        for site in ("cross-site", "same-site"):
+            refused = http.post(
+                "/tasks", json={"name": "job"}, headers={"X-User": "erin", "Sec-Fetch-Site": site}
+            )
+            assert refused.status_code == 403
+            assert refused.json()["type"] == "urn:queuestore:problem:cross-site-request"
+        assert http.get("/tasks", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
+        same = http.post("/tasks", json={"name": "job"}, headers={"Sec-Fetch-Site": "same-origin"})
+        assert same.status_code == 201
+    assert not list(queue.store.iterate(owner="erin"))
+
+
+class _BrokenStore(InMemoryTaskStore):
+    def get(self, task_id: str, *, owner: Any = None) -> Any:
+        raise RuntimeError("secret internals at /srv/app.py line 12")
+
+
+def test_a_bug_is_a_bare_500_problem(caplog: pytest.LogCaptureFixture) -> None:
+    app = Celery("http-unit-broken", broker="memory://", set_as_current=False)
+    queue = TaskQueue(_BrokenStore(), app)
+    try:
+        with TestClient(create_app(Settings(), queue=queue), raise_server_exceptions=False) as http:
+            response = http.get("/tasks/AAAAAAAAAAAAAAAAAAAAAA")
+    finally:
+        app.close()
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "urn:queuestore:problem:internal-error"
+    assert "secret" not in response.text
+    assert "Traceback" not in response.text
+    assert "secret internals" in caplog.text  # the details are in the server's log
+
+
+def test_get_answers_304_for_the_version_the_client_has(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        task_id = http.post("/tasks", json={"name": "job"}).json()["id"]
+        first = http.get(f"/tasks/{task_id}")
+        assert first.headers["etag"] == '"1"'
+        unchanged = http.get(f"/tasks/{task_id}", headers={"If-None-Match": '"1"'})
+        assert unchanged.status_code == 304
+        assert unchanged.content == b""
+        http.post(f"/tasks/{task_id}/cancel")
+        changed = http.get(f"/tasks/{task_id}", headers={"If-None-Match": 'W/"1", "7"'})
+        assert changed.status_code == 200
+        assert changed.headers["etag"] == '"2"'
+        assert changed.json()["status"] == "cancelled"
+
+
+def test_pages_link_to_the_next_one(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        for _ in range(3):
+            http.post("/tasks", json={"name": "job", "context_id": "c"})
+        page = http.get("/tasks", params={"context_id": "c", "limit": 2})
+        cursor = page.json()["next_cursor"]
+        assert page.links["next"]["url"].endswith(f"cursor={cursor}")
+        following = http.get(page.links["next"]["url"])
+        assert len(following.json()["tasks"]) == 1
+        assert "link" not in following.headers
