@@ -22,11 +22,12 @@ from typing import Any, Final
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
+from a2a.types import Message, TaskState, TaskStatus
 from a2a.types import Task as A2ATask
-from a2a.types import TaskState, TaskStatus
 from a2a.utils.errors import InvalidParamsError
 from pydantic import JsonValue
 
+from queuestore.a2a import convert
 from queuestore.a2a.events import ENDS_A_STREAM, events_between
 from queuestore.a2a.store import JobRequest, VersionedQueuestoreTaskStore
 from queuestore.aio import AsyncTaskQueue
@@ -129,6 +130,12 @@ class QueuestoreAgentExecutor(AgentExecutor):
         """Answer the job's question when the task waits for input; the task as it was."""
         row = await self.queue.store.get(task_id, owner=owner)
         if row.status in _PARKED:
+            if context.message is not None:
+                # The answer joins the history now: the job may finish before the
+                # SDK's next save, and a finished task takes no more writes.
+                row = await self.queue.store.update(
+                    task_id, metadata=with_message(row, context.message), owner=owner
+                )
             try:
                 await self.queue.resume(task_id, self.answer_from(context), owner=owner)
             except InvalidTaskData as exc:
@@ -151,6 +158,16 @@ class QueuestoreAgentExecutor(AgentExecutor):
             registered.check_input(job_input)
         except InvalidTaskData as exc:
             raise InvalidParamsError(message=str(exc)) from exc
+
+
+def with_message(row: Task, message: Message) -> dict[str, Any]:
+    """The row's metadata with ``message`` added to the A2A history (once)."""
+    content = dict(convert.envelope_of(row))
+    history = list(content.get("history") or [])
+    if all(item.get("messageId") != message.message_id for item in history):
+        history.append(convert.message_to_json(message))
+    content["history"] = history
+    return {**row.metadata, convert.ENVELOPE: content}
 
 
 def _submitted(context: RequestContext, task_id: str) -> A2ATask:

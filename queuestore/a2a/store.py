@@ -55,7 +55,7 @@ from a2a.utils.task import (
 from queuestore.a2a import convert
 from queuestore.a2a.owner import OwnerResolver, resolve_owner
 from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
-from queuestore.models import TRANSITIONS, Task, TaskStatus
+from queuestore.models import TERMINAL, TRANSITIONS, Task, TaskStatus
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
 
@@ -232,9 +232,11 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         owner: str | None,
     ) -> int:
         cancel = target is TaskStatus.CANCELLED
+        job = current.name != SDK_TASK
         if current.is_terminal:
-            if target is current.status:
-                return current.version  # the SDK echoing the end it already knows
+            if target is current.status or (job and target not in TERMINAL):
+                # The SDK echoing the end it knows, or a job's earlier version it relays.
+                return current.version
             log.warning(
                 "a2a: refused a late %s for task %s: it is %s, which is final",
                 TaskState.Name(task.status.state),
@@ -242,7 +244,6 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
                 current.status,
             )
             raise ConcurrentTaskModificationError(task.id)
-        job = current.name != SDK_TASK
         if (
             not job
             and not cancel
