@@ -19,6 +19,7 @@ closest field:
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final, cast
@@ -34,7 +35,9 @@ from queuestore.models import Artifact, Task
 from queuestore.models import TaskStatus as Status
 
 ENVELOPE: Final = "a2a"
-"""The key of a row's ``metadata`` that holds what only A2A has (history, messages, metadata)."""
+"""The key of a row's ``metadata`` that holds what only A2A has: ``history`` and
+``status_message`` (messages, each its protobuf encoding in base64) and the
+task's own ``metadata`` (JSON)."""
 
 RESULT_ARTIFACT: Final = "result"
 """The id of the artifact that carries a completed job's return value."""
@@ -179,14 +182,18 @@ def text_of(message: Message) -> str | None:
     return "\n".join(texts) if texts else None
 
 
-def message_to_json(message: Message) -> dict[str, Any]:
-    """A message as stored in the envelope."""
-    return cast(dict[str, Any], MessageToDict(message))
+def message_to_stored(message: Message) -> str:
+    """A message as the envelope keeps it: its protobuf encoding, in url-safe base64.
+
+    The binary form parses in C, many times faster than proto JSON, which is
+    what keeps listing a page of tasks with their histories cheap.
+    """
+    return base64.urlsafe_b64encode(message.SerializeToString(deterministic=True)).decode()
 
 
-def message_from_json(value: Mapping[str, Any]) -> Message:
-    """A stored message back as a ``Message``."""
-    return cast(Message, ParseDict(dict(value), Message(), ignore_unknown_fields=True))
+def message_from_stored(value: str) -> Message:
+    """A message the envelope keeps, back as a ``Message``."""
+    return cast(Message, Message.FromString(base64.urlsafe_b64decode(value)))
 
 
 def status_text(task: Task) -> str | None:
@@ -209,8 +216,8 @@ def status_of_task(task: Task) -> TaskStatus:
     status.timestamp.FromDatetime(task.updated_at)
     text = status_text(task)
     stored = envelope_of(task).get("status_message")
-    if isinstance(stored, dict):
-        message = message_from_json(stored)
+    if isinstance(stored, str):
+        message = message_from_stored(stored)
         if text_of(message) == text:
             status.message.CopyFrom(message)
             return status
@@ -243,11 +250,11 @@ def envelope(
     history: Iterable[Message], metadata: Mapping[str, Any], status_message: Message | None
 ) -> dict[str, JsonValue]:
     """The row metadata that keeps an A2A task's history, metadata and status message."""
-    content: dict[str, Any] = {"history": [message_to_json(item) for item in history]}
+    content: dict[str, Any] = {"history": [message_to_stored(item) for item in history]}
     if metadata:
         content["metadata"] = dict(metadata)
     if status_message is not None:
-        content["status_message"] = message_to_json(status_message)
+        content["status_message"] = message_to_stored(status_message)
     return {ENVELOPE: content}
 
 
@@ -272,7 +279,7 @@ def to_a2a(
     history = content.get("history")
     if isinstance(history, list) and history_length != 0:
         kept = history if history_length is None else history[-history_length:]
-        proto.history.extend(message_from_json(item) for item in kept if isinstance(item, dict))
+        proto.history.extend(message_from_stored(item) for item in kept if isinstance(item, str))
     metadata = content.get("metadata")
     if isinstance(metadata, dict) and metadata:
         proto.metadata.update(metadata)
@@ -292,8 +299,8 @@ __all__ = [
     "envelope",
     "envelope_for",
     "envelope_of",
-    "message_from_json",
-    "message_to_json",
+    "message_from_stored",
+    "message_to_stored",
     "part_from_json",
     "part_to_json",
     "result_artifact",

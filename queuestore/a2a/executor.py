@@ -164,8 +164,9 @@ def with_message(row: Task, message: Message) -> dict[str, Any]:
     """The row's metadata with ``message`` added to the A2A history (once)."""
     content = dict(convert.envelope_of(row))
     history = list(content.get("history") or [])
-    if all(item.get("messageId") != message.message_id for item in history):
-        history.append(convert.message_to_json(message))
+    known = {convert.message_from_stored(item).message_id for item in history}
+    if message.message_id not in known:
+        history.append(convert.message_to_stored(message))
     content["history"] = history
     return {**row.metadata, convert.ENVELOPE: content}
 

@@ -136,7 +136,11 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             InvalidParamsError: a state queuestore cannot hold, or invalid content.
         """
         owner = self.owner_resolver(context)
-        version = await asyncio.to_thread(self._save, task, event, prev_version, owner)
+        # MISSING is the SDK's first write: the task manager found no task to read.
+        first = prev_version.is_missing and isinstance(event, A2ATask)
+        version = await asyncio.to_thread(
+            self._save, task, event, prev_version, owner, first_write=first
+        )
         return TaskVersion(version)
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
@@ -172,13 +176,22 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             return None
 
     def _save(
-        self, task: A2ATask, event: Event | None, prev_version: TaskVersion, owner: str | None
+        self,
+        task: A2ATask,
+        event: Event | None,
+        prev_version: TaskVersion,
+        owner: str | None,
+        *,
+        first_write: bool = False,
     ) -> int:
         try:
             target = convert.status_of(task.status.state)
         except ValueError as exc:
             raise InvalidParamsError(message=str(exc)) from exc
         try:
+            if first_write:
+                # The SDK found no task: create it (an id another owner holds is refused).
+                return self._create(task, target, owner)
             current = self._get(task.id, owner)
             if current is None:
                 if prev_version.is_missing:
