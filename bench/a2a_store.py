@@ -210,7 +210,11 @@ async def delay_queuestore(store: SqlTaskStore, samples: int, *, progress: bool)
             written = threading.Event()
             stamp: list[float] = []
 
-            def write(task_id: str = task.id) -> None:
+            def write(
+                task_id: str = task.id,
+                written: threading.Event = written,
+                stamp: list[float] = stamp,
+            ) -> None:
                 written.wait()
                 stamp.append(time.perf_counter())
                 if progress:
@@ -248,7 +252,9 @@ async def delay_sdk(engine: Any, samples: int) -> list[float]:
         done = Task()
         done.CopyFrom(task)
         done.status.state = TaskState.TASK_STATE_COMPLETED
-        event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=done.status)
+        event = TaskStatusUpdateEvent(
+            task_id=task.id, context_id=task.context_id, status=done.status
+        )
         began = time.perf_counter()
         await store.save(done, event=event, prev=task, prev_version=version, context=ALICE)
         await first
