@@ -39,6 +39,9 @@ ENDS_A_STREAM: Final = frozenset(
 
 TaskEvent = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 
+REREAD_INTERVAL: Final = 5.0
+"""Seconds after which a quiet subscription reads its task again (it may be deleted)."""
+
 
 def events_between(previous: Task | None, current: Task) -> list[TaskEvent]:
     """The A2A events that take a reader from ``previous`` to ``current``.
@@ -99,7 +102,7 @@ class QueuestoreEventStream(TaskEventStream):
 
         The caller has checked that the task is its caller's (the request
         handler reads it owner-scoped first). The stream ends after a terminal
-        or interrupted status, or when the task is deleted.
+        or interrupted status, or once the task is found deleted.
         """
         seen = after
         previous: Task | None = None
@@ -116,10 +119,21 @@ class QueuestoreEventStream(TaskEventStream):
                     previous, seen = current, version
                     if current.status in ENDS_A_STREAM:
                         return
-                current = await changes.get()
+                current = await changes.get(timeout=REREAD_INTERVAL)
+                if current is None:  # quiet for a while: is the task still there?
+                    try:
+                        current = await self.store.get(task_id)
+                    except TaskNotFound:
+                        return  # deleted: nothing more will come
 
     async def destroy(self, task_id: str) -> None:
         """Nothing to release: a subscription holds nothing once it ends."""
 
 
-__all__ = ["ENDS_A_STREAM", "QueuestoreEventStream", "TaskEvent", "events_between"]
+__all__ = [
+    "ENDS_A_STREAM",
+    "REREAD_INTERVAL",
+    "QueuestoreEventStream",
+    "TaskEvent",
+    "events_between",
+]
