@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from queuestore import InvalidTaskData, TaskStatus, TaskStore
+from queuestore.aio import AsyncTaskStore
 
 
 def test_count_applies_every_filter_and_the_owner_inside_the_query(store: TaskStore) -> None:
@@ -64,3 +66,11 @@ def test_cursor_after_is_bound_to_its_filters(store: TaskStore) -> None:
         store.list(owner="bob", cursor=cursor)
     with pytest.raises(InvalidTaskData):
         store.cursor_after(datetime(2026, 1, 1), task.id)
+
+
+def test_the_async_twin_counts_with_the_same_rules(store: TaskStore) -> None:
+    store.create("a.b", owner="alice")
+    store.create("a.b", owner="bob")
+    twin = AsyncTaskStore(store)
+    assert asyncio.run(twin.count(owner="alice")) == 1
+    assert asyncio.run(twin.count()) == 2
