@@ -341,3 +341,21 @@ def _wait_records(pg: A2ADeployment, task_id: str, prefix: str, timeout: float =
 
 def _events(pg: A2ADeployment, task_id: str) -> list[str]:
     return [event for event in pg.deployment.events_of(task_id) if " " in event]
+
+
+async def test_a_tenant_is_part_of_the_owner(server: Server) -> None:
+    async with a2a_client(server.url, user="tenanted") as client:
+        request = message("echo in acme")
+        request.tenant = "acme"
+        task = await send(client, request)
+        inside = await client.get_task(GetTaskRequest(id=task.id, tenant="acme"))
+        listed = await client.list_tasks(ListTasksRequest(tenant="acme"))
+        outside = await client.list_tasks(ListTasksRequest())
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id=task.id))
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id=task.id, tenant="other"))
+
+    assert inside.status.state == COMPLETED
+    assert [t.id for t in listed.tasks] == [task.id]
+    assert outside.total_size == 0
