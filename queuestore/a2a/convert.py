@@ -246,23 +246,28 @@ def envelope_of(task: Task) -> dict[str, Any]:
     return envelope if isinstance(envelope, dict) else {}
 
 
-def envelope(
+def envelope_content(
     history: Iterable[Message], metadata: Mapping[str, Any], status_message: Message | None
-) -> dict[str, JsonValue]:
-    """The row metadata that keeps an A2A task's history, metadata and status message."""
+) -> dict[str, Any]:
+    """What the envelope holds of an A2A task's history, metadata and status message."""
     content: dict[str, Any] = {"history": [message_to_stored(item) for item in history]}
     if metadata:
         content["metadata"] = dict(metadata)
     if status_message is not None:
         content["status_message"] = message_to_stored(status_message)
-    return {ENVELOPE: content}
+    return content
+
+
+def content_for(task: A2ATask) -> dict[str, Any]:
+    """The envelope's content for an A2A task (see :func:`envelope_content`)."""
+    metadata = MessageToDict(task.metadata) if task.HasField("metadata") else {}
+    message = task.status.message if task.status.HasField("message") else None
+    return envelope_content(task.history, metadata, message)
 
 
 def envelope_for(task: A2ATask) -> dict[str, JsonValue]:
-    """The envelope of an A2A task (see :func:`envelope`)."""
-    metadata = MessageToDict(task.metadata) if task.HasField("metadata") else {}
-    message = task.status.message if task.status.HasField("message") else None
-    return envelope(task.history, metadata, message)
+    """The row metadata that keeps an A2A task's history, metadata and status message."""
+    return {ENVELOPE: content_for(task)}
 
 
 def to_a2a(
@@ -296,7 +301,8 @@ __all__ = [
     "artifact_to_a2a",
     "artifact_to_queuestore",
     "artifacts_of",
-    "envelope",
+    "content_for",
+    "envelope_content",
     "envelope_for",
     "envelope_of",
     "message_from_stored",

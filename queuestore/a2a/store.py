@@ -298,9 +298,9 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             values["error"] = {"type": "agent", "message": text or target.value}
         if not isinstance(event, TaskArtifactUpdateEvent):
             stored = convert.envelope_of(current)
-            wanted = convert.envelope_for(task)[convert.ENVELOPE]
-            assert isinstance(wanted, dict)
+            wanted = convert.content_for(task)
             wanted.pop("status_message", None)  # the worker's message is the status
+            wanted["history"] = _merged_history(stored.get("history"), wanted.get("history"))
             kept = {key: value for key, value in stored.items() if key != "status_message"}
             if wanted != kept:
                 values["metadata"] = {**current.metadata, convert.ENVELOPE: wanted}
@@ -416,6 +416,20 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
                 ListTasksCursor(convert.timestamp_ns(last.created_at), last.id)
             )
         return response
+
+
+def _merged_history(stored: Any, copy: Any) -> list[str]:
+    """The stored history, then the messages of the SDK's copy it does not have yet.
+
+    A job's history is added to from two sides (the executor, the SDK's saves),
+    so an older copy must not drop what the other side added.
+    """
+    kept = [item for item in stored if isinstance(item, str)] if isinstance(stored, list) else []
+    known = {convert.message_from_stored(item).message_id for item in kept}
+    for item in copy if isinstance(copy, list) else []:
+        if isinstance(item, str) and convert.message_from_stored(item).message_id not in known:
+            kept.append(item)
+    return kept
 
 
 def _from_ns(value: int) -> datetime:

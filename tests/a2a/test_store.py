@@ -39,6 +39,7 @@ from queuestore.a2a import (
     QueuestoreEventStream,
     QueuestoreTaskStore,
     VersionedQueuestoreTaskStore,
+    convert,
     resolve_owner,
 )
 from queuestore.a2a.convert import part_from_json, part_to_json, to_a2a
@@ -374,3 +375,34 @@ def test_the_event_stream_delivers_each_new_version_until_the_end(store: TaskSto
     assert seen[-1] == "status:TASK_STATE_COMPLETED"
     assert "artifact:x" in seen
     assert "artifact:result" in seen
+
+
+def test_a_jobs_task_is_written_by_its_worker_and_the_sdk_adds_history_only(
+    store: TaskStore,
+) -> None:
+    ours = QueuestoreTaskStore(store)
+    first = new_text_message("first", role=Role.ROLE_USER)
+    row = store.create(
+        "agent.job",
+        owner="alice",
+        context_id="ctx",
+        task_id="t-job",
+        metadata={"a2a": convert.content_for(Task(history=[first]))},
+    )
+    store.update(row.id, status=Status.WORKING, progress=0.5, status_message="worker says")
+    store.add_artifact(row.id, {"artifact_id": "w", "parts": ["from the worker"]})
+    copy = a2a_task("t-job", COMPLETED)  # an SDK copy: other status, no artifacts
+    del copy.history[:]  # a copy that never saw the first message
+    copy.history.append(new_text_message("second", role=Role.ROLE_USER))
+
+    run(ours.save(copy, ALICE))
+    after = store.get("t-job")
+    view = run(ours.get("t-job", ALICE))
+
+    assert after.status is Status.WORKING  # the worker's status stands
+    assert [artifact.artifact_id for artifact in after.artifacts] == ["w"]
+    assert view is not None
+    assert [message.parts[0].text for message in view.history] == ["first", "second"]
+    failed = a2a_task("t-job", TaskState.TASK_STATE_FAILED)
+    run(ours.save(failed, ALICE))
+    assert store.get("t-job").status is Status.FAILED
