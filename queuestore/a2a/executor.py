@@ -41,6 +41,9 @@ _PARKED: Final = frozenset({Status.INPUT_REQUIRED, Status.AUTH_REQUIRED})
 REREAD_INTERVAL: Final = 5.0
 """Seconds after which a follower with no change reads the task again anyway."""
 
+CREATE_TIMEOUT: Final = 60.0
+"""Seconds a new task's row may take to appear (the SDK's first save creates it)."""
+
 
 def text_input(context: RequestContext) -> dict[str, Any]:
     """The default job input: ``{"text": <the text parts of the user's message>}``."""
@@ -85,6 +88,7 @@ class QueuestoreAgentExecutor(AgentExecutor):
         task_id = _required(context.task_id, "task_id")
         owner = self.store.owner_resolver(context.call_context)
         previous: Task | None = None
+        missing = 0
         if context.current_task is None:
             job_input = dict(self.input_from(context))
             self._check_input(job_input)
@@ -111,7 +115,13 @@ class QueuestoreAgentExecutor(AgentExecutor):
                             return
                     current = await changes.get(timeout=REREAD_INTERVAL)
                     if current is None:
+                        if _closed(event_queue):
+                            return  # the SDK stopped listening (its consumer failed)
                         current = await self._read(task_id, owner)
+                        if current is None and previous is None:
+                            missing += 1
+                            if missing * REREAD_INTERVAL >= CREATE_TIMEOUT:
+                                raise RuntimeError(f"task {task_id} was never created")
         finally:
             self.store.forget_job_request(task_id)
 
@@ -183,10 +193,22 @@ def _submitted(context: RequestContext, task_id: str) -> A2ATask:
     return task
 
 
+def _closed(event_queue: EventQueue) -> bool:
+    """Whether the SDK closed the queue (its concrete queues say so; the ABC does not)."""
+    is_closed = getattr(event_queue, "is_closed", None)
+    return bool(is_closed()) if callable(is_closed) else False
+
+
 def _required(value: str | None, name: str) -> str:
     if not value:
         raise InvalidParamsError(message=f"the request has no {name}")
     return value
 
 
-__all__ = ["REREAD_INTERVAL", "QueuestoreAgentExecutor", "text_answer", "text_input"]
+__all__ = [
+    "CREATE_TIMEOUT",
+    "REREAD_INTERVAL",
+    "QueuestoreAgentExecutor",
+    "text_answer",
+    "text_input",
+]
