@@ -31,7 +31,6 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from a2a.server.cluster.task_store import (
@@ -46,13 +45,9 @@ from a2a.server.tasks.task_store import TaskStore as A2ATaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, TaskArtifactUpdateEvent, TaskState
 from a2a.types import Task as A2ATask
 from a2a.utils.errors import InvalidParamsError
-from a2a.utils.task import (
-    ListTasksCursor,
-    decode_list_tasks_cursor,
-    encode_list_tasks_cursor,
-)
 
 from queuestore.a2a import convert
+from queuestore.a2a.listing import list_page
 from queuestore.a2a.owner import OwnerResolver, resolve_owner
 from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
 from queuestore.models import TERMINAL, TRANSITIONS, Task, TaskStatus
@@ -63,9 +58,6 @@ log = logging.getLogger(__name__)
 
 SDK_TASK: Final = "a2a.task"
 """The name of rows the SDK writes itself (an agent that runs in the server process)."""
-
-DEFAULT_PAGE_SIZE: Final = 50
-MAX_PAGE_SIZE: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +149,7 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             InvalidParamsError: a bad page size, page token or filter.
         """
         owner = self.owner_resolver(context)
-        return await asyncio.to_thread(self._list, params, owner)
+        return await asyncio.to_thread(list_page, self.store, params, owner)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         """Delete the task if ``context``'s owner may see it; nothing otherwise."""
@@ -369,54 +361,6 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             log.warning("a2a: refused an artifact for task %s: %s", row.id, exc)
             raise ConcurrentTaskModificationError(row.id) from exc
 
-    def _list(self, params: ListTasksRequest, owner: str | None) -> ListTasksResponse:
-        page_size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE_SIZE
-        if not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise InvalidParamsError(message=f"page_size must be 1..{MAX_PAGE_SIZE}")
-        filters: dict[str, Any] = {"owner": owner}
-        if params.status:
-            try:
-                filters["status"] = convert.status_of(params.status)
-            except ValueError as exc:
-                raise InvalidParamsError(message=str(exc)) from exc
-        if params.context_id:
-            filters["context_id"] = params.context_id
-        if params.HasField("status_timestamp_after"):
-            # A2A keeps tasks updated at or after the instant; the store's filter is strict.
-            after = params.status_timestamp_after.ToDatetime(tzinfo=UTC)
-            filters["updated_after"] = after - timedelta(microseconds=1)
-        try:
-            cursor = None
-            if params.page_token:
-                position = decode_list_tasks_cursor(params.page_token)
-                if position is None or position.timestamp_ns is None:
-                    raise InvalidParamsError(message="page_token is not a token of this listing")
-                created_at = _from_ns(position.timestamp_ns)
-                cursor = self.store.cursor_after(created_at, position.task_id, **filters)
-            page = self.store.list(limit=page_size, cursor=cursor, **filters)
-            total = self.store.count(**filters)
-        except InvalidTaskData as exc:
-            raise InvalidParamsError(message=str(exc)) from exc
-        history_length = params.history_length if params.HasField("history_length") else None
-        response = ListTasksResponse(
-            tasks=[
-                convert.to_a2a(
-                    row,
-                    history_length=history_length,
-                    include_artifacts=params.include_artifacts,
-                )
-                for row in page.tasks
-            ],
-            page_size=page_size,
-            total_size=total,
-        )
-        if page.next_cursor is not None:
-            last = page.tasks[-1]
-            response.next_page_token = encode_list_tasks_cursor(
-                ListTasksCursor(convert.timestamp_ns(last.created_at), last.id)
-            )
-        return response
-
 
 def _merged_history(stored: Any, copy: Any) -> list[str]:
     """The stored history, then the messages of the SDK's copy it does not have yet.
@@ -430,15 +374,6 @@ def _merged_history(stored: Any, copy: Any) -> list[str]:
         if isinstance(item, str) and convert.message_from_stored(item).message_id not in known:
             kept.append(item)
     return kept
-
-
-def _from_ns(value: int) -> datetime:
-    seconds, nanoseconds = divmod(value, 1_000_000_000)
-    try:
-        moment = datetime.fromtimestamp(seconds, UTC)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise InvalidParamsError(message="page_token is not a token of this listing") from exc
-    return moment + timedelta(microseconds=nanoseconds // 1_000)
 
 
 class QueuestoreTaskStore(A2ATaskStore):
@@ -487,8 +422,6 @@ class QueuestoreTaskStore(A2ATaskStore):
 
 
 __all__ = [
-    "DEFAULT_PAGE_SIZE",
-    "MAX_PAGE_SIZE",
     "SDK_TASK",
     "JobRequest",
     "QueuestoreTaskStore",
