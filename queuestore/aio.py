@@ -76,6 +76,25 @@ class AsyncTaskStore:
             cursor=cursor,
         )
 
+    async def count(
+        self,
+        *,
+        owner: Owner = ANY,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
+        context_id: str | None = None,
+        name: str | None = None,
+        updated_after: datetime | None = None,
+    ) -> int:
+        """See :meth:`TaskStore.count`."""
+        return await asyncio.to_thread(
+            self.sync.count,
+            owner=owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+        )
+
     async def update(
         self,
         task_id: str,

@@ -129,15 +129,7 @@ class TaskStore(WorkerProtocol):
             InvalidCursor: ``cursor`` is malformed, altered, or from other filters.
             InvalidTaskData: a bad filter or ``limit`` outside 1..1000.
         """
-        query = ListQuery(
-            scope=self._scope(owner),
-            statuses=_statuses(status),
-            context_id=check.label(context_id, "context_id"),
-            name=None if name is None else check.name(name),
-            updated_after=(
-                None if updated_after is None else check.aware(updated_after, "updated_after")
-            ),
-        )
+        query = self._list_query(owner, status, context_id, name, updated_after)
         limit = check.limit(limit)
         after = None if cursor is None else self._cursors.decode(cursor, query.fingerprint())
         if query.scope.nobody or query.statuses == frozenset():
@@ -149,6 +141,68 @@ class TaskStore(WorkerProtocol):
         key = CursorKey(last.created_at, last.id)
         return TaskPage(
             tasks=rows[:limit], next_cursor=self._cursors.encode(key, query.fingerprint())
+        )
+
+    def count(
+        self,
+        *,
+        owner: Owner = ANY,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
+        context_id: str | None = None,
+        name: str | None = None,
+        updated_after: datetime | None = None,
+    ) -> int:
+        """How many tasks :meth:`list` with the same filters walks through, in one query.
+
+        Raises:
+            InvalidTaskData: a bad filter.
+        """
+        query = self._list_query(owner, status, context_id, name, updated_after)
+        if query.scope.nobody or query.statuses == frozenset():
+            return 0
+        return self._count(query)
+
+    def cursor_after(
+        self,
+        created_at: datetime,
+        task_id: str,
+        *,
+        owner: Owner = ANY,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
+        context_id: str | None = None,
+        name: str | None = None,
+        updated_after: datetime | None = None,
+    ) -> str:
+        """The cursor of the listing with these filters whose next page starts after a task.
+
+        For protocol adapters whose page tokens carry the position themselves:
+        ``(created_at, task_id)`` is the last task of the previous page. The
+        owner filter still applies to every page, so a forged position shows
+        nothing the caller could not list anyway.
+
+        Raises:
+            InvalidTaskData: a bad filter, id or naive ``created_at``.
+        """
+        query = self._list_query(owner, status, context_id, name, updated_after)
+        key = CursorKey(check.aware(created_at, "created_at"), check.task_id(task_id))
+        return self._cursors.encode(key, query.fingerprint())
+
+    def _list_query(
+        self,
+        owner: Owner,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None,
+        context_id: str | None,
+        name: str | None,
+        updated_after: datetime | None,
+    ) -> ListQuery:
+        return ListQuery(
+            scope=self._scope(owner),
+            statuses=_statuses(status),
+            context_id=check.label(context_id, "context_id"),
+            name=None if name is None else check.name(name),
+            updated_after=(
+                None if updated_after is None else check.aware(updated_after, "updated_after")
+            ),
         )
 
     def iterate(self, **filters: Any) -> Iterator[Task]:

@@ -108,6 +108,10 @@ class InMemoryTaskStore(TaskStore):
             tasks = [t for t in tasks if (t.created_at, t.id) < (after.created_at, after.task_id)]
         return tasks[:limit]
 
+    def _count(self, query: ListQuery) -> int:
+        with self._changed:
+            return sum(1 for task in self._tasks.values() if _listed(task, query))
+
     def _delete(self, task_id: str, scope: OwnerScope) -> None:
         with self._changed:
             task = self._tasks.get(task_id)

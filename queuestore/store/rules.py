@@ -174,6 +174,10 @@ class StoreCore(ABC):
         """Up to ``limit`` tasks, newest first by ``(created_at, id)``, after ``after``."""
 
     @abstractmethod
+    def _count(self, query: ListQuery) -> int:
+        """How many tasks the listing ``query`` admits."""
+
+    @abstractmethod
     def _delete(self, task_id: str, scope: OwnerScope) -> None:
         """Delete the task if it is visible in ``scope``."""
 

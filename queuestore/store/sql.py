@@ -289,21 +289,8 @@ class SqlTaskStore(TaskStore):
         return self._run(shape, build, params, lease=lease)
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
-        shape = PageShape(
-            scope=statements.scope_kind(query.scope),
-            statuses=query.statuses,
-            context_id=query.context_id is not None,
-            name=query.name is not None,
-            updated_after=query.updated_after is not None,
-            after=after is not None,
-        )
-        params: dict[str, Any] = {
-            "limit": limit,
-            "owner": query.scope.owner,
-            "context_id": query.context_id,
-            "name": query.name,
-            "updated_after": query.updated_after,
-        }
+        shape, params = _page_shape(query, after=after is not None)
+        params["limit"] = limit
         if after is not None:
             params |= {"after_created_at": after.created_at, "after_id": after.task_id}
         if self._postgres:
@@ -316,6 +303,14 @@ class SqlTaskStore(TaskStore):
             return _PAGE.validate_json(row["page"])
         prepared = self._prepare(shape, lambda: statements.page_tasks(shape))
         return [_task_from(row) for row in self._execute(prepared, params, read=True)]
+
+    def _count(self, query: ListQuery) -> int:
+        shape, params = _page_shape(query, after=False)
+        prepared = self._prepare(
+            ("count", shape), lambda: statements.count_tasks(shape), [statements.COUNT]
+        )
+        (row,) = self._execute(prepared, params, read=True)
+        return int(row["count"])
 
     def _delete(self, task_id: str, scope: OwnerScope) -> None:
         kind = statements.scope_kind(scope)
@@ -465,6 +460,25 @@ class SqlTaskStore(TaskStore):
                 yield listen
             finally:
                 connection.exec_driver_sql(f"UNLISTEN {channel}")
+
+
+def _page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, Any]]:
+    """The statement shape of a listing's filters, and their parameters."""
+    shape = PageShape(
+        scope=statements.scope_kind(query.scope),
+        statuses=query.statuses,
+        context_id=query.context_id is not None,
+        name=query.name is not None,
+        updated_after=query.updated_after is not None,
+        after=after,
+    )
+    params: dict[str, Any] = {
+        "owner": query.scope.owner,
+        "context_id": query.context_id,
+        "name": query.name,
+        "updated_after": query.updated_after,
+    }
+    return shape, params
 
 
 def _parse_change(payload: str) -> StatusChange:

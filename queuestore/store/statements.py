@@ -249,8 +249,8 @@ class PageShape:
     after: bool
 
 
-def page_tasks(shape: PageShape) -> ClauseElement:
-    """Up to ``:limit`` tasks, newest first by ``(created_at, id)``, after the cursor's key."""
+def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
+    """The filters of a listing, as conditions on the row."""
     conditions = [scoped(shape.scope)]
     if shape.statuses is not None:
         conditions.append(statuses_in(shape.statuses))
@@ -260,6 +260,21 @@ def page_tasks(shape: PageShape) -> ClauseElement:
         conditions.append(C.name == bindparam("name", type_=C.name.type))
     if shape.updated_after:
         conditions.append(C.updated_at > bindparam("updated_after", type_=UTCDateTime))
+    return conditions
+
+
+COUNT = literal_column("count", Integer())
+"""The one column of :func:`count_tasks`."""
+
+
+def count_tasks(shape: PageShape) -> ClauseElement:
+    """How many tasks a listing's filters admit, on the indexes the listing uses."""
+    return select(func.count().label("count")).select_from(TABLE).where(*_listed(shape))
+
+
+def page_tasks(shape: PageShape) -> ClauseElement:
+    """Up to ``:limit`` tasks, newest first by ``(created_at, id)``, after the cursor's key."""
+    conditions = _listed(shape)
     if shape.after:
         position = tuple_(
             bindparam("after_created_at", type_=UTCDateTime),

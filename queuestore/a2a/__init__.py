@@ -1,0 +1,36 @@
+"""A2A on queuestore: durable, cluster-safe task stores and an executor on Celery (extra ``a2a``).
+
+See ``docs/a2a.md``. :class:`VersionedQueuestoreTaskStore` and
+:class:`QueuestoreTaskStore` keep a2a-sdk's tasks as queuestore rows (owner
+filter in the query, terminal states sticky, CANCELED keeps artifacts and
+revokes the job); :class:`QueuestoreEventStream` delivers every committed
+version to ``SubscribeToTask``; :class:`QueuestoreAgentExecutor` runs each
+task as a queuestore job; :class:`A2AServer` wires them into routes.
+"""
+
+from queuestore.a2a.events import QueuestoreEventStream, events_between
+from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
+from queuestore.a2a.owner import OwnerResolver, resolve_owner
+from queuestore.a2a.server import A2AServer, agent_card
+from queuestore.a2a.store import (
+    SDK_TASK,
+    JobRequest,
+    QueuestoreTaskStore,
+    VersionedQueuestoreTaskStore,
+)
+
+__all__ = [
+    "SDK_TASK",
+    "A2AServer",
+    "JobRequest",
+    "OwnerResolver",
+    "QueuestoreAgentExecutor",
+    "QueuestoreEventStream",
+    "QueuestoreTaskStore",
+    "VersionedQueuestoreTaskStore",
+    "agent_card",
+    "events_between",
+    "resolve_owner",
+    "text_answer",
+    "text_input",
+]

@@ -1,0 +1,91 @@
+"""ListTasks on queuestore's listing: every field of the request, tokens in the SDK's format.
+
+The order is queuestore's: newest created first, by ``(created_at, id)``, an
+immutable key, so a task that changes while a client pages is neither skipped
+nor repeated. Page tokens carry that position in a2a-sdk's cursor format
+(``{"ts": <created_at ns>, "id": <task id>}``, url-safe base64); the owner
+filter applies to every page, inside the query, before the limit, and
+``total_size`` is one ``COUNT`` with the same filters.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from a2a.types import ListTasksRequest, ListTasksResponse
+from a2a.utils.errors import InvalidParamsError
+from a2a.utils.task import ListTasksCursor, decode_list_tasks_cursor, encode_list_tasks_cursor
+
+from queuestore.a2a import convert
+from queuestore.errors import InvalidTaskData
+from queuestore.store.base import TaskStore
+
+DEFAULT_PAGE_SIZE: Final = 50
+MAX_PAGE_SIZE: Final = 100
+
+
+def list_page(store: TaskStore, params: ListTasksRequest, owner: str | None) -> ListTasksResponse:
+    """One page of ``owner``'s tasks for ``params``, with ``total_size``.
+
+    Raises:
+        InvalidParamsError: a bad page size, page token or filter.
+    """
+    page_size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE_SIZE
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InvalidParamsError(message=f"page_size must be 1..{MAX_PAGE_SIZE}")
+    filters: dict[str, Any] = {"owner": owner}
+    if params.status:
+        try:
+            filters["status"] = convert.status_of(params.status)
+        except ValueError as exc:
+            raise InvalidParamsError(message=str(exc)) from exc
+    if params.context_id:
+        filters["context_id"] = params.context_id
+    if params.HasField("status_timestamp_after"):
+        # A2A keeps tasks updated at or after the instant; the store's filter is strict.
+        after = params.status_timestamp_after.ToDatetime(tzinfo=UTC)
+        filters["updated_after"] = after - timedelta(microseconds=1)
+    try:
+        cursor = None
+        if params.page_token:
+            position = decode_list_tasks_cursor(params.page_token)
+            if position is None or position.timestamp_ns is None:
+                raise InvalidParamsError(message="page_token is not a token of this listing")
+            created_at = _from_ns(position.timestamp_ns)
+            cursor = store.cursor_after(created_at, position.task_id, **filters)
+        page = store.list(limit=page_size, cursor=cursor, **filters)
+        total = store.count(**filters)
+    except InvalidTaskData as exc:
+        raise InvalidParamsError(message=str(exc)) from exc
+    history_length = params.history_length if params.HasField("history_length") else None
+    response = ListTasksResponse(
+        tasks=[
+            convert.to_a2a(
+                row,
+                history_length=history_length,
+                include_artifacts=params.include_artifacts,
+            )
+            for row in page.tasks
+        ],
+        page_size=page_size,
+        total_size=total,
+    )
+    if page.next_cursor is not None:
+        last = page.tasks[-1]
+        response.next_page_token = encode_list_tasks_cursor(
+            ListTasksCursor(convert.timestamp_ns(last.created_at), last.id)
+        )
+    return response
+
+
+def _from_ns(value: int) -> datetime:
+    seconds, nanoseconds = divmod(value, 1_000_000_000)
+    try:
+        moment = datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidParamsError(message="page_token is not a token of this listing") from exc
+    return moment + timedelta(microseconds=nanoseconds // 1_000)
+
+
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "list_page"]

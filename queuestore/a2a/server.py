@@ -1,0 +1,125 @@
+"""An A2A server on queuestore in a few lines: the handler, the routes, the ASGI app.
+
+    queue = Settings().make_queue(app)
+    server = A2AServer(queue, job="agent.echo", card=card)
+    uvicorn.run(server.app(), port=8000)
+
+The handler gets the versioned store and the event stream on the same rows, so
+``SubscribeToTask`` and ``CancelTask`` work for tasks that run on workers,
+other replicas or before a restart; JSON-RPC is served at ``/`` and HTTP+JSON
+(REST) beside it, and the agent card at ``/.well-known/agent-card.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from a2a.server.agent_execution import RequestContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import (
+    DefaultServerCallContextBuilder,
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from pydantic import JsonValue
+from starlette.applications import Starlette
+
+from queuestore.a2a.events import QueuestoreEventStream
+from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
+from queuestore.a2a.owner import OwnerResolver, resolve_owner
+from queuestore.a2a.store import VersionedQueuestoreTaskStore
+from queuestore.queue import TaskQueue
+
+
+def agent_card(
+    url: str,
+    *,
+    name: str,
+    description: str,
+    skills: list[AgentSkill] | None = None,
+    version: str = "1.0.0",
+) -> AgentCard:
+    """A card for an agent served at ``url`` over JSON-RPC (``/``) and HTTP+JSON, streaming."""
+    base = url.rstrip("/")
+    return AgentCard(
+        name=name,
+        description=description,
+        version=version,
+        supported_interfaces=[
+            AgentInterface(url=base + "/", protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=base, protocol_binding="HTTP+JSON", protocol_version="1.0"),
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=skills or [],
+    )
+
+
+class A2AServer:
+    """The request handler and the routes of an agent whose work is a queuestore job.
+
+    Args:
+        queue: the queue whose workers run ``job``.
+        job: the job every task runs.
+        card: the agent card to serve.
+        context_builder: who the caller is (the SDK's default reads Starlette's
+            authentication middleware).
+        owner_resolver: the owner of a call (default: user name within the tenant).
+        input_from: the job's input for a new task's message.
+        answer_from: the answer to the job's question, from a continuing message.
+        interrupted_task_timeout: seconds a task waiting for input stays in the
+            SDK's memory before it is released (the row keeps it regardless).
+    """
+
+    def __init__(
+        self,
+        queue: TaskQueue,
+        *,
+        job: str,
+        card: AgentCard,
+        context_builder: DefaultServerCallContextBuilder | None = None,
+        owner_resolver: OwnerResolver = resolve_owner,
+        input_from: Callable[[RequestContext], Mapping[str, Any]] = text_input,
+        answer_from: Callable[[RequestContext], JsonValue] = text_answer,
+        interrupted_task_timeout: float | None = 60.0,
+    ) -> None:
+        self.card = card
+        self.context_builder = context_builder
+        self.store = VersionedQueuestoreTaskStore(queue, owner_resolver=owner_resolver)
+        self.events = QueuestoreEventStream(queue.store)
+        self.executor = QueuestoreAgentExecutor(
+            self.store, job, input_from=input_from, answer_from=answer_from
+        )
+        self.handler = DefaultRequestHandler(
+            agent_executor=self.executor,
+            task_store=self.store,
+            agent_card=card,
+            event_stream=self.events,
+            interrupted_task_timeout=interrupted_task_timeout,
+        )
+
+    def routes(self) -> list[Any]:
+        """The agent card, JSON-RPC at ``/`` and the REST routes."""
+        return [
+            *create_agent_card_routes(self.card),
+            *create_jsonrpc_routes(self.handler, rpc_url="/", context_builder=self.context_builder),
+            *create_rest_routes(self.handler, context_builder=self.context_builder),
+        ]
+
+    def app(self) -> Starlette:
+        """A Starlette app serving :meth:`routes`, draining the handler on shutdown."""
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            yield
+            await self.handler.aclose()
+
+        return Starlette(routes=self.routes(), lifespan=lifespan)
+
+
+__all__ = ["A2AServer", "agent_card"]
