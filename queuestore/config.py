@@ -7,9 +7,12 @@ a bare machine runs the whole flow without any server.
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from celery import Celery
 from pydantic import BeforeValidator, Field, SecretStr
@@ -22,6 +25,7 @@ from queuestore.store.sql import SqlTaskStore
 from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 EMBEDDED_HOME = Path(".queuestore")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _seconds(value: Any) -> Any:
@@ -35,6 +39,11 @@ def _seconds(value: Any) -> Any:
 
 
 Duration = Annotated[timedelta, BeforeValidator(_seconds)]
+
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value),
+]
 
 
 class Settings(BaseSettings):
@@ -72,6 +81,22 @@ class Settings(BaseSettings):
     dispatch_grace: Duration = timedelta(seconds=10)
     redispatch_after: Duration | None = timedelta(hours=1)
 
+    # Operations
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of a worker's Prometheus /metrics endpoint; unset: no endpoint.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Worker log lines as text, or as one JSON object per line.",
+    )
+    log_level: LogLevel | None = Field(
+        None,
+        description="Level of worker and beat logs; unset: Celery's --loglevel (WARNING).",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to an SQLite file inside ``home``."""
@@ -96,9 +121,30 @@ class Settings(BaseSettings):
         return store
 
     def configure(self, app: Celery) -> Celery:
-        """Apply :meth:`celery_config` to ``app`` (beat keeps its schedule in ``home``)."""
+        """Apply :meth:`celery_config` to ``app`` (beat keeps its schedule in ``home``).
+
+        Its worker and beat also log as ``log_format`` and ``log_level`` say,
+        each line about a task carrying the task's id and job, and its worker
+        serves Prometheus metrics when ``metrics_port`` is set.
+        """
+        from queuestore.logs import install_celery_logging
+
         app.conf.update(self.celery_config())
         app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
+        install_celery_logging(self.log_format, self.log_level)
+        if self.metrics_port is not None:
+            if (
+                "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+                and "prometheus_client" not in sys.modules
+            ):
+                # Prefork children count into files the main process reads; the folder
+                # must be known before prometheus_client is imported.
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(
+                    prefix="queuestore-metrics-"
+                )
+            from queuestore.metrics import serve_worker_metrics
+
+            serve_worker_metrics(app, self.metrics_port)
         return app
 
     def make_queue(
