@@ -19,9 +19,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from sqlalchemy.exc import SQLAlchemyError
 
 from queuestore.config import Settings
-from queuestore.errors import InvalidTaskData, QueueStoreError, TaskNotFound
+from queuestore.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
 from queuestore.janitor import run_janitor
 from queuestore.models import LIVE, Task
 from queuestore.owner import ANY, Owner
@@ -74,10 +75,12 @@ def _reporting() -> Iterator[None]:
         yield
     except ValidationError as exc:
         _fail(f"invalid configuration: {_first_error(exc)}", 2)
-    except InvalidTaskData as exc:
+    except (InvalidTaskData, InvalidCursor) as exc:
         _fail(str(exc), 2)
     except QueueStoreError as exc:
         _fail(str(exc), 1)
+    except SQLAlchemyError as exc:  # the schema commands use the engine directly
+        _fail(f"database unavailable: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", 1)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -133,14 +136,9 @@ def beat(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
 
 
 def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
-    from celery.app.utils import find_app
-
     with _reporting():
         settings = Settings()
-    try:
-        celery_app = find_app(name)
-    except Exception as exc:  # find_app raises ImportError, AttributeError or its own errors
-        _fail(f"cannot load the Celery app {name!r}: {exc}", 2)
+    celery_app = _celery_app(name)
     argv = [command, *arguments]
     if not any(arg in {"-l", "--loglevel"} or arg.startswith("--loglevel=") for arg in arguments):
         argv.append(f"--loglevel={settings.log_level or 'INFO'}")
@@ -207,6 +205,7 @@ def tasks_list(
 ) -> None:
     """List tasks, newest first."""
     with _reporting():
+        settings = _settings(url)
         page = _store(url).list(
             owner=_owner(owner),
             status=status,
@@ -219,7 +218,12 @@ def tasks_list(
         _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
         return
     console.print(task_table(page.tasks))
-    if page.next_cursor is not None:
+    if page.next_cursor is None:
+        return
+    if settings.cursor_secret is None:
+        # Each process signs cursors with a random key unless one is configured.
+        console.print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
+    else:
         console.print(f"next page: --cursor {page.next_cursor}", overflow="fold")
 
 
@@ -356,25 +360,19 @@ def tasks_resume(
     with _reporting():
         settings = _settings(url).model_copy(update={"auto_migrate": False})
         store = settings.make_store()
-        queue = TaskQueue(store, _publisher(settings, celery_app))
+        queue = TaskQueue(store, _celery_app(celery_app))
         task = queue.resume(task_id, value, owner=_owner(owner))
     console.print(f"{task.id} {task.status}")
 
 
-def _publisher(settings: Settings, name: str) -> Any:
-    """A Celery app that publishes like ``name``'s (its routes), on these settings' broker."""
-    from celery import Celery
+def _celery_app(name: str) -> Any:
+    """The Celery app ``name`` (a module, or module:attribute): its broker and routes."""
+    from celery.app.utils import find_app
 
-    app = settings.configure(Celery("queuestore-cli", set_as_current=False))
-    if name != "workers":
-        from celery.app.utils import find_app
-
-        try:
-            routes = find_app(name).conf.task_routes
-        except Exception as exc:
-            _fail(f"cannot load the Celery app {name!r}: {exc}", 2)
-        app.conf.task_routes = routes
-    return app
+    try:
+        return find_app(name)
+    except Exception as exc:  # find_app raises ImportError, AttributeError or its own errors
+        _fail(f"cannot load the Celery app {name!r}: {exc}", 2)
 
 
 @tasks.command("delete")
