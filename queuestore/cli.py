@@ -417,6 +417,33 @@ def demo(
     raise typer.Exit(run_demo(console, keep=keep))
 
 
+@app.command()
+def serve(
+    url: UrlOption = None,
+    host: Annotated[str | None, typer.Option(help="Address; default QUEUESTORE_HTTP_HOST.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port; default QUEUESTORE_HTTP_PORT.")] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="MODULE[:NAME] holding the workers' TaskQueue or Celery app; "
+            "default: one built from the settings.",
+        ),
+    ] = None,
+) -> None:
+    """Run the HTTP API and its dashboard (needs the ``http`` extra)."""
+    try:
+        from queuestore.http import serve as serve_http
+    except ImportError as exc:
+        _fail(f"queuestore serve needs the http extra: {exc}", 2)
+    with _reporting():
+        settings = _settings(url)
+    try:
+        serve_http(settings, host, port, queue=queue)
+    except (ImportError, ValueError) as exc:
+        _fail(str(exc), 2)
+
+
 def main(args: Sequence[str] | None = None) -> int:
     """The ``queuestore`` command: usage errors are one line too, not a help panel."""
     try:

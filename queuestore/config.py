@@ -81,6 +81,42 @@ class Settings(BaseSettings):
     dispatch_grace: Duration = timedelta(seconds=10)
     redispatch_after: Duration | None = timedelta(hours=1)
 
+    # HTTP API
+    http_host: str = Field("127.0.0.1", description="Address `queuestore serve` listens on.")
+    http_port: int = Field(8000, ge=0, le=65535, description="Port `queuestore serve` listens on.")
+    http_tokens: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description=(
+            "Static bearer tokens of the HTTP API, as a JSON object mapping each token to "
+            "its principal (the owner of the tasks it creates and sees)."
+        ),
+    )
+    http_token_verifier: str | None = Field(
+        None,
+        description=(
+            "Import path (`module:name`) of a callable that maps a bearer token to its "
+            "principal, or None when the token is invalid; it may be async. "
+            "Used instead of http_tokens."
+        ),
+    )
+    http_trusted_header: str | None = Field(
+        None,
+        description=(
+            "Request header naming the principal, set by an authenticating proxy in front "
+            "of the API (e.g. X-Forwarded-User). Only set it when every request comes "
+            "through that proxy, which must drop the header from clients."
+        ),
+    )
+    http_max_body_bytes: int = Field(
+        3 * DEFAULT_MAX_PAYLOAD_BYTES,
+        ge=1024,
+        description="Largest request body the HTTP API reads; a larger one gets 413.",
+    )
+    http_retry_after: int = Field(
+        5, ge=1, description="Seconds in Retry-After when the store is unavailable (503)."
+    )
+
     # Operations
     metrics_port: int | None = Field(
         None,

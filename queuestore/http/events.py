@@ -1,0 +1,151 @@
+"""Server-Sent Events: each committed change of the tasks a caller may see, as it happens.
+
+The stream is fed by the store's change feed (``AsyncTaskStore.watch``), which
+PostgreSQL's LISTEN/NOTIFY wakes, so an event follows a worker's write by
+milliseconds, not a polling interval. Each event is ``event: task`` whose data
+is the task as committed (the same JSON as ``GET /tasks/{id}``) and whose id
+is ``<task id>/<version>``; a task written several times between two sends
+shows only its newest version. Deletions are not streamed.
+
+A task's own stream starts with the task as it is now and ends after its
+terminal status; the stream of all tasks runs until the client leaves.
+Idle streams carry a comment every ``keepalive`` seconds so that proxies keep
+them open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Path
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from queuestore.errors import StoreUnavailable, TaskNotFound
+from queuestore.http.problems import responses
+from queuestore.http.schemas import TaskView
+from queuestore.http.service import Principal, Service, ServiceDep
+from queuestore.models import Task
+from queuestore.watch import AsyncWatch
+
+router = APIRouter(tags=["events"])
+
+MEDIA_TYPE: Final = "text/event-stream"
+RETRY_MS: Final = 2000
+HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "An event stream: `event: task`, data a Task as JSON.",
+        "content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
+    }
+}
+
+
+def encode(task: Task) -> bytes:
+    """One ``task`` event."""
+    data = TaskView.of(task).model_dump_json()
+    return f"id: {task.id}/{task.version}\nevent: task\ndata: {data}\n\n".encode()
+
+
+@router.get(
+    "/tasks/{task_id}/events",
+    response_class=StreamingResponse,
+    responses={**_STREAM, **responses(401, 404, 422, 503)},
+)
+async def task_events(
+    task_id: Annotated[str, Path(description="The task's id.")],
+    principal: Principal,
+    service: ServiceDep,
+) -> StreamingResponse:
+    """The changes of one task: its current state first, then each change until it ends."""
+    changes = service.store.watch(owner=principal, task_ids=[task_id])
+    # Opened before the read, so no change between the two is missed.
+    await changes.__aenter__()
+    try:
+        task = await service.store.get(task_id, owner=principal)
+    except BaseException:
+        await changes.__aexit__(None, None, None)
+        raise
+    return EventStream(_one_task(service, changes, task, principal), changes)
+
+
+@router.get(
+    "/events",
+    response_class=StreamingResponse,
+    responses={**_STREAM, **responses(401, 503)},
+)
+async def all_events(principal: Principal, service: ServiceDep) -> StreamingResponse:
+    """The changes of every task the caller may see, from now on, until the client leaves."""
+    changes = service.store.watch(owner=principal)
+    await changes.__aenter__()
+    return EventStream(_every_task(service, changes), changes)
+
+
+class EventStream(StreamingResponse):
+    """An event stream that closes its watch however the response ends.
+
+    Closing it here, not in the generator, also covers a client that leaves
+    before the first byte, when the generator never starts.
+    """
+
+    def __init__(self, events: AsyncIterator[bytes], changes: AsyncWatch) -> None:
+        super().__init__(events, media_type=MEDIA_TYPE, headers=HEADERS)
+        self.changes = changes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.changes.__aexit__(None, None, None)
+
+
+async def _one_task(
+    service: Service, changes: AsyncWatch, current: Task, owner: Any
+) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MS}\n\n".encode() + encode(current)
+    if current.is_terminal:
+        return
+    async with aclosing(_until_closing(service, changes)) as following:
+        async for change in following:
+            if change is None:
+                # Idle: deletions are not streamed, so look whether the task is still there.
+                try:
+                    await service.store.get(current.id, owner=owner)
+                except TaskNotFound:
+                    return
+                except StoreUnavailable:
+                    pass
+                yield b": keep-alive\n\n"
+            elif change.version > current.version:
+                current = change
+                yield encode(current)
+                if current.is_terminal:
+                    return
+
+
+async def _every_task(service: Service, changes: AsyncWatch) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MS}\n\n".encode()
+    async with aclosing(_until_closing(service, changes)) as following:
+        async for change in following:
+            yield b": keep-alive\n\n" if change is None else encode(change)
+
+
+async def _until_closing(
+    service: Service, changes: AsyncWatch
+) -> AsyncGenerator[Task | None, None]:
+    """Each change (None after ``keepalive`` idle seconds) until the server shuts down."""
+    closing = asyncio.ensure_future(service.closing.wait())
+    try:
+        while True:
+            change = asyncio.ensure_future(changes.get(timeout=service.keepalive))
+            await asyncio.wait({change, closing}, return_when=asyncio.FIRST_COMPLETED)
+            if not change.done():
+                change.cancel()
+                return
+            yield change.result()
+    finally:
+        closing.cancel()

@@ -1,0 +1,73 @@
+"""``Idempotency-Key``: a retried create returns the task the first attempt created.
+
+The key does not need a table of its own: the task's id is derived from the
+caller's principal and the key, so the store's unique id does the rest. Of
+several concurrent attempts exactly one inserts; the others find its task and
+return it. A key reused with a different request is refused, as the IETF
+draft (draft-ietf-httpapi-idempotency-key-header) asks. A key is remembered
+as long as its task is: once the task is deleted, the key is free again.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from datetime import timedelta
+from typing import Final
+
+from queuestore.http.problems import ProblemError
+from queuestore.http.schemas import CreateTask
+from queuestore.models import Task
+
+HEADER: Final = "Idempotency-Key"
+MAX_KEY_LENGTH: Final = 255
+
+
+def task_id_for(owner: str | None, key: str) -> str:
+    """The id of the task created by ``owner`` with ``key``: 16 bytes of a SHA-256.
+
+    The principal is part of the digest, so two callers using the same key
+    get two tasks, and neither can learn anything about the other's.
+
+    Raises:
+        ProblemError: 400 for an empty, too long or non-printable key.
+    """
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        raise ProblemError(
+            400,
+            "invalid-idempotency-key",
+            f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable characters",
+        )
+    scope = "-" if owner is None else "=" + owner
+    material = "\0".join(("queuestore.http idempotency v1", scope, key)).encode()
+    digest = hashlib.sha256(material).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def check_replay(task: Task, request: CreateTask) -> None:
+    """Refuse a key reused for a different task than the one it created.
+
+    Raises:
+        ProblemError: 422 when the stored task does not match ``request``.
+    """
+    same = (
+        task.name == request.name
+        and task.input == request.input
+        and task.context_id == request.context_id
+        and task.metadata == request.metadata
+        and _same_ttl(task.ttl, request.ttl)
+    )
+    if not same:
+        raise ProblemError(
+            422,
+            "idempotency-key-reused",
+            f"this {HEADER} was used for a different request",
+            task_id=task.id,
+        )
+
+
+def _same_ttl(stored: timedelta | None, asked: float | None) -> bool:
+    if stored is None or asked is None:
+        return stored is None and asked is None
+    # timedelta keeps microseconds: compare at that precision.
+    return abs(stored.total_seconds() - asked) < 1e-6

@@ -1,0 +1,193 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``), never a stack trace.
+
+Each queuestore error maps to one status code here, in one table; FastAPI's
+validation errors and Starlette's HTTP errors are rewritten in the same shape,
+and anything unexpected becomes a bare 500 whose details stay in the server's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from queuestore.errors import (
+    BrokerUnavailable,
+    InvalidCursor,
+    InvalidTaskData,
+    InvalidTransition,
+    QueueStoreError,
+    StoreUnavailable,
+    TaskConflict,
+    TaskNotFound,
+)
+
+log = logging.getLogger(__name__)
+
+MEDIA_TYPE: Final = "application/problem+json"
+TYPE_PREFIX: Final = "urn:queuestore:problem:"
+
+_TITLES: Final = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    406: "Not Acceptable",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class FieldError(BaseModel):
+    """One invalid part of a request."""
+
+    loc: list[str | int] = Field(description="Where: body, query, path or header, then names.")
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem details object."""
+
+    type: str = Field(description="A URI naming the kind of problem.")
+    title: str
+    status: int
+    detail: str | None = None
+    task_id: str | None = Field(None, description="The task the problem is about, if any.")
+    errors: list[FieldError] | None = Field(None, description="Each invalid part of the request.")
+
+
+class ProblemError(Exception):
+    """Raise to answer with a problem; ``kind`` becomes the type URI's last segment."""
+
+    def __init__(
+        self,
+        status: int,
+        kind: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        task_id: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.kind = kind
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.task_id = task_id
+
+
+def problem(
+    status: int,
+    kind: str,
+    detail: str | None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    task_id: str | None = None,
+    errors: Sequence[FieldError] | None = None,
+) -> JSONResponse:
+    """A problem details response."""
+    body = Problem(
+        type=TYPE_PREFIX + kind,
+        title=_TITLES.get(status, "Error"),
+        status=status,
+        detail=detail,
+        task_id=task_id,
+        errors=list(errors) if errors is not None else None,
+    )
+    return JSONResponse(
+        body.model_dump(exclude_none=True),
+        status_code=status,
+        headers=dict(headers or {}),
+        media_type=MEDIA_TYPE,
+    )
+
+
+_STORE_ERRORS: Final[tuple[tuple[type[QueueStoreError], int, str], ...]] = (
+    (TaskNotFound, 404, "task-not-found"),
+    (InvalidTransition, 409, "invalid-transition"),
+    (TaskConflict, 409, "task-conflict"),
+    (InvalidCursor, 400, "invalid-cursor"),
+    (InvalidTaskData, 422, "invalid-task-data"),
+)
+"""The one mapping from queuestore errors to status codes; first match wins."""
+
+
+def install(app: FastAPI, *, retry_after: int) -> None:
+    """Answer every error raised by ``app``'s routes with a problem."""
+    unavailable = {"Retry-After": str(retry_after)}
+
+    async def on_problem(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ProblemError)
+        return problem(exc.status, exc.kind, exc.detail, headers=exc.headers, task_id=exc.task_id)
+
+    async def on_store_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, QueueStoreError)
+        if isinstance(exc, StoreUnavailable | BrokerUnavailable):
+            # The cause names hosts and drivers: it goes to the log, not to the client.
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            store = isinstance(exc, StoreUnavailable)
+            kind = "store-unavailable" if store else "broker-unavailable"
+            what = "task store" if store else "message broker"
+            detail = f"the {what} is unavailable; retry later"
+            return problem(503, kind, detail, headers=unavailable)
+        for error_type, status, kind in _STORE_ERRORS:
+            if isinstance(exc, error_type):
+                return problem(status, kind, str(exc), task_id=exc.task_id)
+        return await on_unexpected(request, exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            FieldError(
+                loc=[part for part in error.get("loc", ()) if isinstance(part, str | int)],
+                msg=str(error.get("msg", "")),
+                type=str(error.get("type", "")),
+            )
+            for error in exc.errors()
+        ]
+        if any(error.type == "json_invalid" for error in errors):
+            detail = "the request body is not valid JSON"
+            return problem(400, "malformed-json", detail, errors=errors)
+        detail = "invalid request"
+        if errors:
+            detail = f"{'.'.join(str(part) for part in errors[0].loc)}: {errors[0].msg}"
+        return problem(422, "invalid-request", detail, errors=errors)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = _TITLES.get(exc.status_code, "error").lower().replace(" ", "-")
+        return problem(exc.status_code, kind, str(exc.detail), headers=exc.headers)
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return problem(500, "internal-error", "the server failed to answer; see its log")
+
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(QueueStoreError, on_store_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the problems a route may answer with."""
+    return {
+        status: {
+            "model": Problem,
+            "description": _TITLES.get(status, "Error"),
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }

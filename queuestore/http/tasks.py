@@ -1,0 +1,148 @@
+"""The task verbs over HTTP: create, get, list, cancel, resume, delete.
+
+Every route passes the caller's principal to the store as the owner, so a
+task of someone else is exactly as invisible as a task that never existed
+(404). The rules -- transitions, the owner filter, cursors -- stay in the
+store and the queue; this module only translates.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
+from pydantic import AwareDatetime
+
+from queuestore.errors import TaskConflict
+from queuestore.http import idempotency
+from queuestore.http.problems import ProblemError, responses
+from queuestore.http.schemas import CancelTask, CreateTask, ResumeTask, TaskList, TaskView
+from queuestore.http.service import Principal, ServiceDep
+from queuestore.models import TaskStatus
+
+router = APIRouter(prefix="/tasks", tags=["tasks"])
+
+TaskId = Annotated[str, Path(description="The task's id.")]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"model": TaskView, "description": "A retry: the task this key created before."},
+        **responses(400, 401, 413, 422, 503),
+    },
+)
+async def create_task(
+    *,
+    body: CreateTask,
+    request: Request,
+    response: Response,
+    principal: Principal,
+    service: ServiceDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            description="Makes the create safe to retry: the same key returns the same task.",
+        ),
+    ] = None,
+) -> TaskView:
+    """Create a task and enqueue its job (201); a retried key returns the first task (200)."""
+    key = idempotency_key
+    task_id = None if key is None else idempotency.task_id_for(principal, key)
+    try:
+        task = await service.queue.submit(
+            body.name,
+            body.input,
+            owner=principal,
+            context_id=body.context_id,
+            ttl=None if body.ttl is None else timedelta(seconds=body.ttl),
+            metadata=body.metadata,
+            task_id=task_id,
+        )
+    except TaskConflict:
+        if task_id is None:
+            raise
+        task = await service.store.get(task_id, owner=principal)
+        idempotency.check_replay(task, body)
+        response.status_code = status.HTTP_200_OK
+        response.headers["Idempotent-Replayed"] = "true"
+    response.headers["Location"] = str(request.url_for("get_task", task_id=task.id))
+    return TaskView.of(task)
+
+
+@router.get("", responses=responses(400, 401, 422, 503))
+async def list_tasks(
+    *,
+    principal: Principal,
+    service: ServiceDep,
+    status: Annotated[
+        list[TaskStatus] | None, Query(description="Only these statuses (repeat the parameter).")
+    ] = None,
+    context_id: Annotated[str | None, Query(max_length=256)] = None,
+    name: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    updated_after: Annotated[
+        AwareDatetime | None, Query(description="Only tasks written after this instant.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[
+        str | None, Query(description="``next_cursor`` of the previous page, same filters.")
+    ] = None,
+) -> TaskList:
+    """The caller's tasks, newest first, one page at a time (keyset cursors)."""
+    page = await service.store.list(
+        owner=principal,
+        status=None if status is None else list[TaskStatus | str](status),
+        context_id=context_id,
+        name=name,
+        updated_after=updated_after,
+        limit=limit,
+        cursor=cursor,
+    )
+    return TaskList(tasks=[TaskView.of(task) for task in page.tasks], next_cursor=page.next_cursor)
+
+
+@router.get("/{task_id}", responses=responses(401, 404, 422, 503))
+async def get_task(task_id: TaskId, principal: Principal, service: ServiceDep) -> TaskView:
+    """One task, as last committed."""
+    return TaskView.of(await service.store.get(task_id, owner=principal))
+
+
+@router.post("/{task_id}/cancel", responses=responses(400, 401, 404, 409, 413, 422, 503))
+async def cancel_task(
+    task_id: TaskId,
+    principal: Principal,
+    service: ServiceDep,
+    body: Annotated[CancelTask | None, Body()] = None,
+) -> TaskView:
+    """Cancel a live task and revoke its job; 409 when it has already finished."""
+    reason = None if body is None else body.reason
+    return TaskView.of(await service.queue.cancel(task_id, owner=principal, reason=reason))
+
+
+@router.post("/{task_id}/resume", responses=responses(400, 401, 404, 409, 413, 422, 503))
+async def resume_task(
+    task_id: TaskId, body: ResumeTask, principal: Principal, service: ServiceDep
+) -> TaskView:
+    """Answer a task waiting for input; its job runs again. 409 when it is not waiting."""
+    return TaskView.of(await service.queue.resume(task_id, body.answer, owner=principal))
+
+
+@router.delete(
+    "/{task_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=responses(401, 404, 409, 422, 503),
+)
+async def delete_task(task_id: TaskId, principal: Principal, service: ServiceDep) -> None:
+    """Delete a finished task; 409 for a live one, which must be cancelled first."""
+    task = await service.store.get(task_id, owner=principal)
+    if not task.is_terminal:
+        raise ProblemError(
+            409,
+            "task-live",
+            f"task {task.id!r} is {task.status}: cancel it before deleting it",
+            task_id=task.id,
+        )
+    await service.store.delete(task_id, owner=principal)

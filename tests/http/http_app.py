@@ -1,0 +1,46 @@
+"""The HTTP tests' app: workers load it (``celery -A http_app``), and so does the API
+(``queuestore serve --app http_app``), so both publish and consume on the test's queue.
+
+Everything comes from ``QUEUESTORE_*``, as for ``celery -A workers``;
+``QUEUESTORE_TEST_QUEUE`` names the queue, so tests sharing a broker never
+see each other's messages.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from celery import Celery
+
+from queuestore import Artifact, Settings, TaskContext, job
+
+settings = Settings()
+app = settings.configure(Celery("http-tests"))
+app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
+queue = settings.make_queue(app)
+
+
+@job(app, name="http.add")
+def add(ctx: TaskContext, a: int, b: int) -> int:
+    """Add two integers, with an artifact on the way."""
+    ctx.add_artifact(
+        Artifact(artifact_id="sum", name="sum.txt", media_type="text/plain", parts=[f"{a}+{b}"])
+    )
+    return a + b
+
+
+@job(app, name="http.steps")
+def steps(ctx: TaskContext, count: int = 10, pause: float = 0.3) -> dict[str, int]:
+    """Report progress ``count`` times, ``pause`` seconds apart; stops when cancelled."""
+    for step in range(1, count + 1):
+        ctx.raise_if_cancelled()
+        time.sleep(pause)
+        ctx.progress(step / count, f"step {step} of {count}")
+    return {"steps": count}
+
+
+@job(app, name="http.ask")
+def ask(ctx: TaskContext, question: str = "Proceed?") -> dict[str, object]:
+    """Ask a question; return the answer."""
+    return {"answer": ctx.request_input(question)}

@@ -1,0 +1,104 @@
+"""The application in-process (Starlette's TestClient) on the in-memory store: principals
+from every source, the verifier settings, and how the app owns what it builds.
+
+The real-process tests are in test_api.py; these cover configuration quickly.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from celery import Celery
+from fastapi.testclient import TestClient
+
+from queuestore import InMemoryTaskStore, Settings, TaskQueue
+from queuestore.http import StaticTokens, create_app
+from queuestore.http.auth import load_verifier
+from queuestore.http.idempotency import task_id_for
+
+
+@pytest.fixture
+def queue() -> Iterator[TaskQueue]:
+    app = Celery("http-unit", broker="memory://", set_as_current=False)
+    made = TaskQueue(InMemoryTaskStore(), app)
+    yield made
+    app.close()
+
+
+def client(queue: TaskQueue, **settings: Any) -> TestClient:
+    return TestClient(create_app(Settings(**settings), queue=queue))
+
+
+def owner_of_new_task(http: TestClient, **headers: str) -> object:
+    response = http.post("/tasks", json={"name": "job"}, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()["owner"]
+
+
+def test_static_tokens_map_tokens_to_principals(queue: TaskQueue) -> None:
+    with client(queue, http_tokens={"t1": "alice"}) as http:
+        assert owner_of_new_task(http, Authorization="Bearer t1") == "alice"
+        assert owner_of_new_task(http, Authorization="bearer   t1 ") == "alice"
+        assert owner_of_new_task(http) is None
+        assert http.get("/tasks", headers={"Authorization": "Bearer t2"}).status_code == 401
+    assert "t1" not in repr(StaticTokens({"t1": "alice"}))
+    assert "t1" not in repr(Settings(http_tokens={"t1": "alice"}))
+
+
+def test_no_verifier_refuses_every_bearer_token(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        response = http.get("/tasks", headers={"Authorization": "Bearer anything"})
+        assert response.status_code == 401
+        assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+async def _async_verifier(token: str) -> str | None:
+    return token.removeprefix("user-") if token.startswith("user-") else None
+
+
+def test_verifier_given_in_code_may_be_async(queue: TaskQueue) -> None:
+    app = create_app(Settings(http_tokens={"ignored": "x"}), queue=queue, verifier=_async_verifier)
+    with TestClient(app) as http:
+        assert owner_of_new_task(http, Authorization="Bearer user-carol") == "carol"
+        assert http.get("/tasks", headers={"Authorization": "Bearer ignored"}).status_code == 401
+
+
+def test_verifier_from_an_import_path(queue: TaskQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = ModuleType("qs_test_verifiers")
+    module.verify = {"k": "dave"}.get  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "qs_test_verifiers", module)
+    with client(queue, http_token_verifier="qs_test_verifiers:verify") as http:
+        assert owner_of_new_task(http, Authorization="Bearer k") == "dave"
+    with pytest.raises(ValueError, match="not callable"):
+        load_verifier("qs_test_verifiers:missing")
+    with pytest.raises(ValueError, match="module:name"):
+        load_verifier("verify")
+
+
+def test_trusted_header_only_when_configured(queue: TaskQueue) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        assert owner_of_new_task(http, **{"X-User": "erin"}) == "erin"
+        assert owner_of_new_task(http, **{"X-User": "  "}) is None
+    with client(queue) as http:
+        assert owner_of_new_task(http, **{"X-User": "erin"}) is None
+
+
+def test_idempotency_keys_are_per_principal() -> None:
+    assert task_id_for("alice", "k") == task_id_for("alice", "k")
+    assert task_id_for("alice", "k") != task_id_for("bob", "k")
+    assert task_id_for(None, "k") != task_id_for("", "k")
+    assert len(task_id_for("alice", "k")) == 22
+
+
+def test_settings_alone_build_a_working_app(tmp_path: Path) -> None:
+    """No queue given: the embedded SQLite store (migrated on start) and the settings' broker."""
+    settings = Settings(home=tmp_path, broker_url="memory://")
+    with TestClient(create_app(settings)) as http:
+        assert http.get("/readyz").json() == {"status": "ok"}
+        task_id = http.post("/tasks", json={"name": "job"}).json()["id"]
+        assert http.get(f"/tasks/{task_id}").json()["status"] == "submitted"
