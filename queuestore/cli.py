@@ -36,8 +36,10 @@ app = typer.Typer(
 )
 db = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 tasks = typer.Typer(help="Inspect, watch, answer, cancel and delete tasks.", no_args_is_help=True)
+config = typer.Typer(help="Show the settings and their reference.", no_args_is_help=True)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
+app.add_typer(config, name="config")
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -390,6 +392,34 @@ def tasks_delete(
             _fail(f"task {task.id} is {task.status}; cancel it first, or pass --force", 1)
         store.delete(task_id, owner=_owner(owner))
     console.print(f"{task.id} deleted")
+
+
+# -- settings -------------------------------------------------------------------
+
+
+@config.command("show")
+def config_show(as_json: JsonOption = False) -> None:
+    """Print the settings this process reads from QUEUESTORE_* (secrets hidden)."""
+    from queuestore.reference import effective_settings
+
+    with _reporting():
+        values = effective_settings(Settings())
+    if as_json:
+        _print_json(values)
+        return
+    for name, value in values.items():
+        shown = (
+            "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
+        )
+        console.print(f"QUEUESTORE_{name.upper()}={shown}", markup=False, highlight=False)
+
+
+@config.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference in Markdown (docs/configuration.md)."""
+    from queuestore.reference import configuration_reference
+
+    sys.stdout.write(configuration_reference())
 
 
 # -- maintenance ----------------------------------------------------------------

@@ -57,29 +57,67 @@ class Settings(BaseSettings):
     home: Path = Field(EMBEDDED_HOME, description="Folder of the embedded database and broker.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite in home.")
     broker_url: str = Field("filesystem://", description="Celery broker URL.")
-    require_owner: bool = False
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    cursor_secret: SecretStr | None = None
+    require_owner: bool = Field(
+        False, description="Refuse tasks without an owner; anonymous callers see nothing."
+    )
+    max_payload_bytes: int = Field(
+        DEFAULT_MAX_PAYLOAD_BYTES,
+        description="Largest input, result, metadata or artifact, in bytes of compact JSON.",
+    )
+    cursor_secret: SecretStr | None = Field(
+        None,
+        description="Key that signs pagination cursors; share it between processes. "
+        "Unset: a random key per process.",
+    )
     auto_migrate: bool | None = Field(
         None, description="Migrate the schema on start; default: only for SQLite."
     )
 
-    lease: Duration = timedelta(seconds=30)
-    heartbeat_interval: Duration = timedelta(seconds=1)
+    lease: Duration = Field(
+        timedelta(seconds=30),
+        description="How long a run holds its task without a heartbeat before the reaper "
+        "may retry it.",
+    )
+    heartbeat_interval: Duration = Field(
+        timedelta(seconds=1), description="How often a running job renews its lease."
+    )
     report_interval: Duration = Field(
         timedelta(milliseconds=200),
         description="How often a job's progress and artifacts are written; 0: at once.",
     )
-    max_attempts: int = Field(3, ge=1)
-    terminate_on_cancel: bool = True
+    max_attempts: int = Field(
+        3, ge=1, description="Runs a task gets when its workers keep dying, before it fails."
+    )
+    terminate_on_cancel: bool = Field(
+        True,
+        description="Cancel interrupts a running job at once (prefork pool); false for "
+        "solo, threads or gevent pools.",
+    )
 
-    janitor_ttl: Duration = timedelta(days=1)
-    janitor_interval: Duration = timedelta(minutes=1)
-    janitor_batch_size: int = Field(1000, ge=1)
-    reaper_interval: Duration = timedelta(seconds=10)
-    dispatch_interval: Duration = timedelta(seconds=10)
-    dispatch_grace: Duration = timedelta(seconds=10)
-    redispatch_after: Duration | None = timedelta(hours=1)
+    janitor_ttl: Duration = Field(
+        timedelta(days=1), description="How long a finished task is kept before the janitor."
+    )
+    janitor_interval: Duration = Field(
+        timedelta(minutes=1), description="How often beat runs the janitor."
+    )
+    janitor_batch_size: int = Field(
+        1000, ge=1, description="Rows the janitor deletes per transaction."
+    )
+    reaper_interval: Duration = Field(
+        timedelta(seconds=10), description="How often beat runs the reaper (expired leases)."
+    )
+    dispatch_interval: Duration = Field(
+        timedelta(seconds=10),
+        description="How often beat runs the dispatcher sweep (tasks never published).",
+    )
+    dispatch_grace: Duration = Field(
+        timedelta(seconds=10),
+        description="How old an unpublished task must be before the sweep publishes it.",
+    )
+    redispatch_after: Duration | None = Field(
+        timedelta(hours=1),
+        description="Publish again a task published this long ago and never claimed; unset: never.",
+    )
 
     # HTTP API
     http_host: str = Field("127.0.0.1", description="Address `queuestore serve` listens on.")
@@ -130,7 +168,8 @@ class Settings(BaseSettings):
     )
     log_level: LogLevel | None = Field(
         None,
-        description="Level of worker and beat logs; unset: Celery's --loglevel (WARNING).",
+        description="Level of worker and beat logs; unset: the command's --loglevel "
+        "(`queuestore worker`/`beat`: INFO, `celery`: WARNING).",
     )
 
     @property
