@@ -7,7 +7,9 @@ a bare machine runs the whole flow without any server.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from datetime import timedelta
@@ -44,6 +46,19 @@ LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value),
 ]
+
+
+def _temporary_folder(prefix: str) -> str:
+    """A new folder, removed when this process exits (not when a forked child does)."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    return folder
 
 
 class Settings(BaseSettings):
@@ -208,15 +223,10 @@ class Settings(BaseSettings):
         app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
         install_celery_logging(self.log_format, self.log_level)
         if self.metrics_port is not None:
-            if (
-                "PROMETHEUS_MULTIPROC_DIR" not in os.environ
-                and "prometheus_client" not in sys.modules
-            ):
+            if MULTIPROC_ENV not in os.environ and "prometheus_client" not in sys.modules:
                 # Prefork children count into files the main process reads; the folder
                 # must be known before prometheus_client is imported.
-                os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(
-                    prefix="queuestore-metrics-"
-                )
+                os.environ[MULTIPROC_ENV] = _temporary_folder("queuestore-metrics-")
             from queuestore.metrics import serve_worker_metrics
 
             serve_worker_metrics(app, self.metrics_port)
