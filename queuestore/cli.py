@@ -28,6 +28,7 @@ from queuestore.models import LIVE, Task
 from queuestore.owner import ANY, Owner
 from queuestore.presentation import TaskWatchView, task_table
 from queuestore.store.sql import SqlTaskStore
+from queuestore.watch import Watch
 
 app = typer.Typer(
     help="A durable task store whose tasks run as Celery jobs.",
@@ -279,7 +280,7 @@ _RECHECK_SECONDS = 5.0
 
 def _follow(
     store: SqlTaskStore,
-    changes: Any,
+    changes: Watch,
     current: dict[str, Task],
     *,
     ids: list[str],
@@ -302,16 +303,16 @@ def _follow(
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
                     return False
-            task = changes.get(timeout=wait)
-            if task is None:
+            change = changes.get(timeout=wait)
+            if change is None:
                 if ids:
                     _forget_deleted(store, current, view)
                 continue
-            known = current.get(task.id)
-            if known is not None and known.version >= task.version:
+            known = current.get(change.id)
+            if known is not None and known.version >= change.version:
                 continue
-            current[task.id] = task
-            view.show(task)
+            current[change.id] = change
+            view.show(change)
     return True
 
 
