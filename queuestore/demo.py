@@ -12,13 +12,9 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +24,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from queuestore.errors import TaskNotFound
 from queuestore.models import Task, TaskStatus
 from queuestore.presentation import task_table
+from queuestore.subprocesses import celery_process
 
 DEADLINE_SECONDS = 50.0
 _DEMO_ENV = {
@@ -142,29 +139,13 @@ def _describe(task: Task) -> str:
     return text[:60]
 
 
-@contextmanager
-def _celery(env: dict[str, str], home: Path, *arguments: str) -> Iterator[None]:
+def _celery(env: dict[str, str], home: Path, *arguments: str) -> AbstractContextManager[object]:
     """Run ``celery -A workers ARGUMENTS`` for the block's duration, then stop it."""
-    log = (home / f"{arguments[0]}.log").open("w")
-    command = [sys.executable, "-m", "celery", "-A", "workers", *arguments, "--loglevel=WARNING"]
-    process = subprocess.Popen(
-        command, env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    return celery_process(
+        "workers",
+        *arguments,
+        "--loglevel=WARNING",
+        env=env,
+        cwd=home,
+        log=home / f"{arguments[0]}.log",
     )
-    try:
-        yield
-    finally:
-        _stop(process)
-        log.close()
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    # Prefork children share the worker's process group; none may outlive the demo.
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)

@@ -1,10 +1,15 @@
 """An MCP server whose tools run as queuestore jobs, on the embedded default.
 
-Two terminals, nothing else to install or start (SQLite and the filesystem
-broker live under ``.queuestore/``)::
+One command, nothing else to install or start (SQLite and the filesystem
+broker live under ``.queuestore/``; ``--worker`` runs a Celery worker beside
+the server, its log in ``.queuestore/mcp-example-worker.log``)::
+
+    python -m queuestore.mcp.example --http 8000 --worker   # no --http: stdio
+
+or the worker in a terminal of its own, as in production::
 
     celery -A queuestore.mcp.example worker --loglevel=INFO
-    python -m queuestore.mcp.example --http 8000      # or no flag: stdio
+    python -m queuestore.mcp.example --http 8000
 
 Then point any MCP client at ``http://127.0.0.1:8000/mcp`` (see ``docs/mcp.md``).
 The same module is the worker's app and the server's: both register the jobs.
@@ -13,7 +18,9 @@ The same module is the worker's app and the server's: both register the jobs.
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from contextlib import ExitStack
 
 import anyio
 from celery import Celery
@@ -21,6 +28,7 @@ from mcp.server import Server
 
 from queuestore import Settings, TaskContext
 from queuestore.mcp.service import McpTasks
+from queuestore.subprocesses import celery_process
 
 settings = Settings()
 app = settings.configure(Celery("queuestore-mcp-example"))
@@ -70,9 +78,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT", help="streamable HTTP on this port")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--worker", action="store_true", help="run a Celery worker beside the server"
+    )
     arguments = parser.parse_args()
-    server = build_server()
-    if arguments.http is None:
+    with ExitStack() as stack:
+        if arguments.worker:
+            home = settings.home.resolve()
+            home.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(
+                celery_process(
+                    "queuestore.mcp.example",
+                    "worker",
+                    "--pool=prefork",
+                    "--concurrency=2",
+                    "--loglevel=INFO",
+                    env=os.environ | {"QUEUESTORE_HOME": str(home)},
+                    cwd=home,
+                    log=home / "mcp-example-worker.log",
+                )
+            )
+        _serve(build_server(), arguments.http, arguments.host)
+
+
+def _serve(server: Server, port: int | None, host: str) -> None:
+    if port is None:
         from mcp.server.stdio import stdio_server
 
         async def serve_stdio() -> None:
@@ -83,12 +113,7 @@ def main() -> None:
         return
     import uvicorn
 
-    uvicorn.run(
-        server.streamable_http_app(host=arguments.host),
-        host=arguments.host,
-        port=arguments.http,
-        log_level="warning",
-    )
+    uvicorn.run(server.streamable_http_app(host=host), host=host, port=port, log_level="warning")
 
 
 if __name__ == "__main__":
