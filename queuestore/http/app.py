@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -31,6 +32,8 @@ from queuestore.http.problems import ProblemError
 from queuestore.http.schemas import Health
 from queuestore.http.service import Service, ServiceDep
 from queuestore.queue import TaskQueue
+
+log = logging.getLogger(__name__)
 
 READY_TIMEOUT: Final = 5.0
 """Seconds the readiness probe waits for the store before calling it down."""
@@ -131,7 +134,7 @@ def _health(app: FastAPI) -> None:
         try:
             await asyncio.wait_for(service.store.list(limit=1), READY_TIMEOUT)
         except Exception as exc:
-            problems.log.warning("readiness: the store does not answer: %r", exc)
+            log.warning("readiness: the store does not answer: %r", exc)
             raise ProblemError(
                 503,
                 "store-unavailable",

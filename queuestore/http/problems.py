@@ -157,6 +157,10 @@ def install(app: FastAPI, *, retry_after: int) -> None:
             )
             for error in exc.errors()
         ]
+        if any(error.loc[:1] == ["body"] for error in errors) and not _is_json(request):
+            media = request.headers.get("content-type", "none")
+            detail = f"the request body must be application/json, not {media}"
+            return problem(415, "unsupported-media-type", detail)
         if any(error.type == "json_invalid" for error in errors):
             detail = "the request body is not valid JSON"
             return problem(400, "malformed-json", detail, errors=errors)
@@ -179,6 +183,17 @@ def install(app: FastAPI, *, retry_after: int) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def _is_json(request: Request) -> bool:
+    """Whether the request's body is declared as JSON."""
+    media = request.headers.get("content-type")
+    if media is None:  # JSON only if there is no body at all: then fields are missing
+        return request.headers.get("content-length", "0") == "0" and (
+            "transfer-encoding" not in request.headers
+        )
+    essence = media.split(";", 1)[0].strip().lower()
+    return essence == "application/json" or essence.endswith("+json")
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

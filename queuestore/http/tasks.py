@@ -31,7 +31,7 @@ TaskId = Annotated[str, Path(description="The task's id.")]
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": TaskView, "description": "A retry: the task this key created before."},
-        **responses(400, 401, 413, 422, 503),
+        **responses(400, 401, 413, 415, 422, 503),
     },
 )
 async def create_task(
@@ -109,7 +109,7 @@ async def get_task(task_id: TaskId, principal: Principal, service: ServiceDep) -
     return TaskView.of(await service.store.get(task_id, owner=principal))
 
 
-@router.post("/{task_id}/cancel", responses=responses(400, 401, 404, 409, 413, 422, 503))
+@router.post("/{task_id}/cancel", responses=responses(400, 401, 404, 409, 413, 415, 422, 503))
 async def cancel_task(
     task_id: TaskId,
     principal: Principal,
@@ -121,7 +121,7 @@ async def cancel_task(
     return TaskView.of(await service.queue.cancel(task_id, owner=principal, reason=reason))
 
 
-@router.post("/{task_id}/resume", responses=responses(400, 401, 404, 409, 413, 422, 503))
+@router.post("/{task_id}/resume", responses=responses(400, 401, 404, 409, 413, 415, 422, 503))
 async def resume_task(
     task_id: TaskId, body: ResumeTask, principal: Principal, service: ServiceDep
 ) -> TaskView:

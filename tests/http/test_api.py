@@ -10,12 +10,16 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from conftest import TRUSTED_HEADER, Api, HttpDeployment
+from sqlalchemy import make_url
 from support import events, snapshot
 
 PROBLEM = "application/problem+json"
@@ -361,6 +365,13 @@ def test_bad_input_on_every_endpoint_writes_nothing(
         (alice.post("/tasks", content=b'{"name": ', headers=json_headers), 400, "malformed-json"),
         (alice.post(f"{url}/cancel", content=b"{", headers=json_headers), 400, "malformed-json"),
         (alice.post(f"{url}/resume", content=b"[1,", headers=json_headers), 400, "malformed-json"),
+        (alice.post("/tasks", content=b'{"name": "x"}'), 415, "unsupported-media-type"),
+        (
+            alice.post("/tasks", content=b'{"name": "x"}', headers={"Content-Type": "text/plain"}),
+            415,
+            "unsupported-media-type",
+        ),
+        (alice.post(f"{url}/resume", data={"answer": "x"}), 415, "unsupported-media-type"),
         # wrong types and shapes
         (alice.post("/tasks", json={"name": 7}), 422, "invalid-request"),
         (alice.post("/tasks", json={"name": "http.add", "input": [1, 2]}), 422, None),
@@ -496,3 +507,42 @@ def test_shutdown_ends_open_streams(pg: HttpDeployment) -> None:
         api.process.process.wait(timeout=15)
         assert time.monotonic() - started < 5
     pg.stop(api)
+
+
+def test_dropped_database_connections_are_503_then_recover(
+    make_deployment: Callable[[], HttpDeployment], shared: ModuleType
+) -> None:
+    """Every server-side connection of the API is killed: no request answers 500, the pool
+    reconnects, and the event stream (its LISTEN connection killed too) still delivers."""
+    deployment = make_deployment()
+    api = deployment.start_api()
+    database = make_url(deployment.deployment.database_url).database
+    admin_url = shared.pg_admin_url().set(drivername="postgresql")
+    try:
+        with api.client("token-alice") as client:
+            task = create(client, "http.steps")  # no worker: it stays submitted
+            with client.stream("GET", f"/tasks/{task['id']}/events") as stream:
+                received = events(stream)
+                assert next(received)["status"] == "submitted"
+                with psycopg.connect(
+                    admin_url.render_as_string(hide_password=False), autocommit=True
+                ) as admin:
+                    killed = admin.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = %s AND pid <> pg_backend_pid()",
+                        (database,),
+                    ).fetchone()
+                assert killed is not None
+                assert killed[0] >= 1
+
+                # Reads are retried on a fresh connection; a write that cannot be is a 503.
+                cancel = client.post(f"/tasks/{task['id']}/cancel")
+                if cancel.status_code != 200:
+                    assert_problem(cancel, 503, "store-unavailable")
+                    assert cancel.headers["retry-after"] == "5"
+                    cancel = client.post(f"/tasks/{task['id']}/cancel")
+                assert cancel.status_code == 200, cancel.text
+                # The change feed listens again: the cancel arrives on the open stream.
+                assert next(received)["status"] == "cancelled"
+    finally:
+        deployment.stop(api)

@@ -2,7 +2,8 @@
 
 Signed in as Alice, the page lists her tasks and not Bob's; a task created
 after the page loaded appears, and its worker's progress moves, without a
-reload (the page's event stream); the cancel button cancels it in the store.
+reload (the page's event stream); the cancel button cancels it in the store, and the
+resume button answers a task that waits for input.
 A screenshot is saved in the test's temporary folder.
 """
 
@@ -70,6 +71,19 @@ def test_dashboard_lists_follows_and_cancels(browser: Chromium, api: Api, tmp_pa
         browser.wait(f"{row(task['id'])}.dataset.status === 'cancelled'", what="cancelled row")
         assert alice.get(f"/tasks/{task['id']}").json()["status"] == "cancelled"
         assert browser.evaluate("document.getElementById('cancel') === null")
+        assert browser.evaluate("window.notReloaded === true")
+
+        asking = alice.post("/tasks", json={"name": "http.ask", "input": {"question": "Go?"}})
+        asked = asking.json()["id"]
+        browser.wait(f"{row(asked)}?.dataset.status === 'input_required'", what="a question")
+        browser.evaluate(f"{row(asked)}.click()")
+        browser.wait("document.getElementById('resume') !== null", what="the resume button")
+        browser.evaluate(
+            "document.getElementById('answer').value = 'yes';"
+            "document.getElementById('resume').click()"
+        )
+        browser.wait(f"{row(asked)}.dataset.status === 'completed'", what="the resumed task")
+        assert alice.get(f"/tasks/{asked}").json()["result"] == {"answer": "yes"}
         assert browser.evaluate("window.notReloaded === true")
 
         shot = browser.screenshot(tmp_path / "dashboard.png")
