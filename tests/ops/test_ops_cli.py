@@ -210,7 +210,7 @@ def test_table_fits_80_columns_when_piped(ops: Ops) -> None:
     lines = listed.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), listed.stdout
     row = next(line for line in lines if task.id in line)  # the id stays whole
-    assert "RuntimeError: upst" in row
+    assert "RuntimeError" in row
     assert "…" in row
     # No column folded one character per line: as many lines as rows, header and rule.
     assert len(_lines(listed.stdout)) <= 5 + 2
