@@ -145,6 +145,8 @@ def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
     argv = [command, *arguments]
     if not any(arg in {"-l", "--loglevel"} or arg.startswith("--loglevel=") for arg in arguments):
         argv.append(f"--loglevel={settings.log_level or 'INFO'}")
+    if settings.log_format == "json":
+        argv.insert(0, "--quiet")  # no banner: the output is JSON lines only
     code = celery_app.start(argv)
     return int(code or 0)
 

@@ -145,3 +145,5 @@ def install_celery_logging(log_format: LogFormat, level: str | None) -> None:
 def _celery_logger_ready(logger: logging.Logger, **_: Any) -> None:
     log_format: LogFormat = "json" if _CONFIG["format"] == "json" else "text"
     apply(logger, log_format, _CONFIG["level"])
+    if log_format == "json":
+        logging.captureWarnings(True)  # warnings become JSON lines too, not raw stderr

@@ -27,6 +27,7 @@ def test_worker_lines_about_a_task_carry_its_id_and_job(ops: Ops) -> None:
 
     lines = records(ops)
     assert lines, ops.worker.tail()
+    assert "[tasks]" not in ops.worker.text()  # no banner in JSON mode: the logs are the output
     assert all(
         {"time", "level", "logger", "message", "task_id", "job"} <= line.keys() for line in lines
     )
