@@ -26,6 +26,7 @@ LogFormat = Literal["text", "json"]
 
 _CURRENT: ContextVar[tuple[str, str] | None] = ContextVar("queuestore_task", default=None)
 _CONFIG: dict[str, str | None] = {"format": "text", "level": None}
+_MAINTENANCE = frozenset({"queuestore.janitor", "queuestore.reaper", "queuestore.dispatcher"})
 
 
 @contextmanager
@@ -47,8 +48,8 @@ def _celery_task() -> tuple[str, str] | None:
     from celery._state import get_current_task
 
     current = get_current_task()
-    if current is None or current.request.id is None:
-        return None
+    if current is None or current.request.id is None or current.name in _MAINTENANCE:
+        return None  # the janitor, reaper and sweep run as Celery tasks but are no task's job
     return str(current.request.id), str(current.name)
 
 
