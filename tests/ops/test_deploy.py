@@ -21,8 +21,7 @@ import pytest
 import typer.main
 import yaml
 from celery import Celery
-from conftest import redis_url
-from harness import LoggedProcess, free_port, port_open, wait_for
+from ops_support import LoggedProcess, free_port, port_open, redis_url, wait_for
 
 from queuestore import Settings, TaskStatus
 from queuestore.cli import app as cli_app

@@ -6,7 +6,7 @@ import json
 import logging
 import re
 
-from conftest import Ops
+from ops_support import Ops
 
 from queuestore import TaskStatus
 from queuestore.logs import JsonFormatter, TaskFields, TextFormatter, about, task_context

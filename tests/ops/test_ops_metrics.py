@@ -9,8 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from conftest import Ops
-from harness import wait_for
+from ops_support import Ops, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from queuestore import SqlTaskStore, TaskStatus
