@@ -227,7 +227,12 @@ class Settings(BaseSettings):
                 # Prefork children count into files the main process reads; the folder
                 # must be known before prometheus_client is imported.
                 os.environ[MULTIPROC_ENV] = _temporary_folder("queuestore-metrics-")
-            from queuestore.metrics import serve_worker_metrics
+            try:
+                from queuestore.metrics import serve_worker_metrics
+            except ImportError as exc:
+                raise ImportError(
+                    f"metrics_port needs the metrics extra (queuestore[metrics]): {exc}"
+                ) from exc
 
             serve_worker_metrics(app, self.metrics_port)
         return app
