@@ -28,6 +28,7 @@ from queuestore.config import Settings
 from queuestore.http import events, problems, tasks
 from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, load_verifier
 from queuestore.http.limits import BodyLimit
+from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
 from queuestore.http.schemas import Health
 from queuestore.http.service import Service, ServiceDep
@@ -90,6 +91,7 @@ def create_app(
     )
     problems.install(app, retry_after=settings.http_retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
+    app.add_middleware(SameOriginWrites)
     app.include_router(tasks.router)
     app.include_router(events.router)
     _health(app)
@@ -238,7 +240,6 @@ def serve(
         app,
         host=host if host is not None else settings.http_host,
         port=port if port is not None else settings.http_port,
-        proxy_headers=settings.http_trusted_header is not None,
         timeout_graceful_shutdown=10,
     )
     Server(config).run()

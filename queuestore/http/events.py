@@ -4,13 +4,15 @@ The stream is fed by the store's change feed (``AsyncTaskStore.watch``), which
 PostgreSQL's LISTEN/NOTIFY wakes, so an event follows a worker's write by
 milliseconds, not a polling interval. Each event is ``event: task`` whose data
 is the task as committed (the same JSON as ``GET /tasks/{id}``) and whose id
-is ``<task id>/<version>``; a task written several times between two sends
-shows only its newest version. Deletions are not streamed.
+is ``<updated_at>/<task id>/<version>``; a task written several times between
+two sends shows only its newest version. Deletions are not streamed.
 
 A task's own stream starts with the task as it is now and ends after its
-terminal status; the stream of all tasks runs until the client leaves.
-Idle streams carry a comment every ``keepalive`` seconds so that proxies keep
-them open.
+terminal status. The stream of all tasks runs until the client leaves; a
+client that reconnects with ``Last-Event-ID`` first gets every task written
+since that event (at most ``REPLAY_LIMIT``; beyond, one ``event: reset`` tells
+it to read the list again). Idle streams carry a comment every ``keepalive``
+seconds so that proxies keep them open.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Header, Path
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from queuestore.errors import StoreUnavailable, TaskNotFound
-from queuestore.http.problems import responses
+from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import TaskView
 from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.models import Task
@@ -35,6 +38,10 @@ router = APIRouter(tags=["events"])
 
 MEDIA_TYPE: Final = "text/event-stream"
 RETRY_MS: Final = 2000
+REPLAY_LIMIT: Final = 1000
+"""The most tasks replayed to a reconnecting client before it is told to reset."""
+REPLAY_OVERLAP: Final = timedelta(seconds=2)
+"""Replay starts this long before the last event: commits land slightly out of clock order."""
 HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 _STREAM: dict[int | str, dict[str, Any]] = {
@@ -48,7 +55,30 @@ _STREAM: dict[int | str, dict[str, Any]] = {
 def encode(task: Task) -> bytes:
     """One ``task`` event."""
     data = TaskView.of(task).model_dump_json()
-    return f"id: {task.id}/{task.version}\nevent: task\ndata: {data}\n\n".encode()
+    written = task.updated_at.isoformat().replace("+00:00", "Z")
+    return f"id: {written}/{task.id}/{task.version}\nevent: task\ndata: {data}\n\n".encode()
+
+
+RESET: Final = b"event: reset\ndata: too many changes were missed: read the list again\n\n"
+
+
+def _since(last_event_id: str | None) -> datetime | None:
+    """When the event named by ``Last-Event-ID`` was written.
+
+    Raises:
+        ProblemError: 400 for an id this server did not send.
+    """
+    if last_event_id is None or not last_event_id.strip():
+        return None
+    try:
+        written = datetime.fromisoformat(last_event_id.split("/", 1)[0])
+    except ValueError:
+        written = None
+    if written is None or written.tzinfo is None:
+        raise ProblemError(
+            400, "invalid-last-event-id", "Last-Event-ID is not an id of this event stream"
+        )
+    return written
 
 
 @router.get(
@@ -76,13 +106,32 @@ async def task_events(
 @router.get(
     "/events",
     response_class=StreamingResponse,
-    responses={**_STREAM, **responses(401, 503)},
+    responses={**_STREAM, **responses(400, 401, 503)},
 )
-async def all_events(principal: Principal, service: ServiceDep) -> StreamingResponse:
-    """The changes of every task the caller may see, from now on, until the client leaves."""
+async def all_events(
+    principal: Principal,
+    service: ServiceDep,
+    last_event_id: Annotated[
+        str | None,
+        Header(description="The last event received: first replay what was missed since."),
+    ] = None,
+) -> StreamingResponse:
+    """The changes of every task the caller may see, until the client leaves."""
+    since = _since(last_event_id)
     changes = service.store.watch(owner=principal)
+    # Opened before the replay's read, so no change between the two is missed.
     await changes.__aenter__()
-    return EventStream(_every_task(service, changes), changes)
+    try:
+        missed: list[Task] | None = []
+        if since is not None:
+            page = await service.store.list(
+                owner=principal, updated_after=since - REPLAY_OVERLAP, limit=REPLAY_LIMIT
+            )
+            missed = None if page.next_cursor is not None else page.tasks
+    except BaseException:
+        await changes.__aexit__(None, None, None)
+        raise
+    return EventStream(_every_task(service, changes, missed), changes)
 
 
 class EventStream(StreamingResponse):
@@ -127,11 +176,22 @@ async def _one_task(
                     return
 
 
-async def _every_task(service: Service, changes: AsyncWatch) -> AsyncIterator[bytes]:
+async def _every_task(
+    service: Service, changes: AsyncWatch, missed: list[Task] | None
+) -> AsyncIterator[bytes]:
+    """``missed`` first (None: too many, a reset), then each change."""
     yield f"retry: {RETRY_MS}\n\n".encode()
+    if missed is None:
+        yield RESET
+    sent = {task.id: task.version for task in missed or ()}
+    for task in sorted(missed or (), key=lambda task: task.updated_at):
+        yield encode(task)
     async with aclosing(_until_closing(service, changes)) as following:
         async for change in following:
-            yield b": keep-alive\n\n" if change is None else encode(change)
+            if change is None:
+                yield b": keep-alive\n\n"
+            elif change.version > sent.pop(change.id, 0):
+                yield encode(change)
 
 
 async def _until_closing(

@@ -6,6 +6,8 @@ The real-process tests are in test_api.py; these cover configuration quickly.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +104,59 @@ def test_settings_alone_build_a_working_app(tmp_path: Path) -> None:
         assert http.get("/readyz").json() == {"status": "ok"}
         task_id = http.post("/tasks", json={"name": "job"}).json()["id"]
         assert http.get(f"/tasks/{task_id}").json()["status"] == "submitted"
+
+
+@pytest.mark.parametrize(
+    ("app", "message"),
+    [
+        ("no_such_module_here", "No module named 'no_such_module_here'"),
+        ("json:dumps", "--app json:dumps: no TaskQueue or Celery app named dumps"),
+    ],
+)
+def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "queuestore", "serve", "--app", app, "--port", "0"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUEUESTORE_")}
+    done = subprocess.run(
+        command,
+        check=False,
+        env=env | {"QUEUESTORE_HOME": str(tmp_path)},
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stdout.decode().strip().splitlines() == [message]
+
+
+def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        for site in ("cross-site", "same-site"):
+            refused = http.post(
+                "/tasks", json={"name": "job"}, headers={"X-User": "erin", "Sec-Fetch-Site": site}
+            )
+            assert refused.status_code == 403
+            assert refused.json()["type"] == "urn:queuestore:problem:cross-site-request"
+        assert http.get("/tasks", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
+        same = http.post("/tasks", json={"name": "job"}, headers={"Sec-Fetch-Site": "same-origin"})
+        assert same.status_code == 201
+    assert not list(queue.store.iterate(owner="erin"))
+
+
+class _BrokenStore(InMemoryTaskStore):
+    def get(self, task_id: str, *, owner: Any = None) -> Any:
+        raise RuntimeError("secret internals at /srv/app.py line 12")
+
+
+def test_a_bug_is_a_bare_500_problem(caplog: pytest.LogCaptureFixture) -> None:
+    app = Celery("http-unit-broken", broker="memory://", set_as_current=False)
+    queue = TaskQueue(_BrokenStore(), app)
+    try:
+        with TestClient(create_app(Settings(), queue=queue), raise_server_exceptions=False) as http:
+            response = http.get("/tasks/AAAAAAAAAAAAAAAAAAAAAA")
+    finally:
+        app.close()
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "urn:queuestore:problem:internal-error"
+    assert "secret" not in response.text
+    assert "Traceback" not in response.text
+    assert "secret internals" in caplog.text  # the details are in the server's log

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from browser import Chromium
-from conftest import Api, HttpDeployment
+from http_browser import Chromium
+from http_deployment import Api, HttpDeployment
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import schemathesis
-from conftest import Api, HttpDeployment
+from http_deployment import Api, HttpDeployment
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
@@ -29,7 +29,6 @@ CHECKS = [
 @pytest.fixture(scope="module")
 def fuzzed(make_deployment: Callable[[], HttpDeployment]) -> Iterator[Api]:
     deployment = make_deployment()
-    _ = deployment.deployment.queue  # so that closing the deployment drops its queue
     api = deployment.start_api()
     yield api
     deployment.stop(api)

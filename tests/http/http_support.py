@@ -14,18 +14,35 @@ from queuestore import ANY, TaskStatus, TaskStore
 RUNNING = {TaskStatus.SUBMITTED, TaskStatus.WORKING}
 
 
-def events(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """The ``task`` events of an open ``text/event-stream`` response, as task dicts."""
-    kind, data = None, []
+def raw_events(
+    response: httpx.Response, within: float = 30.0
+) -> Iterator[tuple[str | None, str | None, str]]:
+    """The events of an open ``text/event-stream`` response: ``(event, id, data)``.
+
+    Fails once ``within`` seconds have passed (checked at each line; an idle
+    stream sends a keep-alive line every 15 seconds), so a test never hangs.
+    """
+    deadline = time.monotonic() + within
+    kind, event_id, data = None, None, []
     for line in response.iter_lines():
+        assert time.monotonic() < deadline, f"no expected event within {within}s"
         if line.startswith("event:"):
             kind = line.removeprefix("event:").strip()
+        elif line.startswith("id:"):
+            event_id = line.removeprefix("id:").strip()
         elif line.startswith("data:"):
             data.append(line.removeprefix("data:").strip())
         elif line == "":
-            if kind == "task" and data:
-                yield json.loads("\n".join(data))
-            kind, data = None, []
+            if data:
+                yield kind, event_id, "\n".join(data)
+            kind, event_id, data = None, None, []
+
+
+def events(response: httpx.Response, within: float = 30.0) -> Iterator[dict[str, Any]]:
+    """The ``task`` events of an open ``text/event-stream`` response, as task dicts."""
+    for kind, _, data in raw_events(response, within):
+        if kind == "task":
+            yield json.loads(data)
 
 
 def snapshot(store: TaskStore, timeout: float = 30.0) -> dict[str, int]:

@@ -7,6 +7,7 @@ endpoint: a clear 4xx, a problem document, and nothing written.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import uuid
@@ -18,9 +19,9 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from conftest import TRUSTED_HEADER, Api, HttpDeployment
+from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
+from http_support import events, raw_events, snapshot
 from sqlalchemy import make_url
-from support import events, snapshot
 
 PROBLEM = "application/problem+json"
 
@@ -345,6 +346,30 @@ def test_stream_of_all_tasks_is_scoped_to_the_caller(api: Api, alice: httpx.Clie
             assert event["owner"] == "bob"
             if event["id"] == bobs["id"] and event["status"] == "completed":
                 break
+
+
+def test_reconnecting_with_last_event_id_replays_what_was_missed(alice: httpx.Client) -> None:
+    first = create(alice, "http.add", input={"a": 1, "b": 1})
+    last_id = None
+    with alice.stream("GET", "/events") as stream:
+        create(alice, "http.add", input={"a": 2, "b": 2})  # something to see on this stream
+        for kind, event_id, data in raw_events(stream):
+            assert kind == "task"
+            last_id = event_id
+            if json.loads(data)["status"] == "completed":
+                break
+    assert last_id is not None
+    wait_for_status(alice, first["id"], "completed")
+    missed = create(alice, "http.add", input={"a": 3, "b": 3})  # while disconnected
+    wait_for_status(alice, missed["id"], "completed")
+
+    with alice.stream("GET", "/events", headers={"Last-Event-ID": last_id}) as stream:
+        for event in events(stream):
+            if event["id"] == missed["id"] and event["status"] == "completed":
+                break
+
+    bad = alice.get("/events", headers={"Last-Event-ID": "yesterday"})
+    assert_problem(bad, 400, "invalid-last-event-id")
 
 
 # -- bad input --------------------------------------------------------------------
