@@ -251,14 +251,16 @@ def tasks_watch(
     url: UrlOption = None,
     owner: OwnerOption = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Give up after this many seconds (exit 1).")
+        float | None,
+        typer.Option(help="Stop after this many seconds (exit 1 if the IDs are not finished)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Follow tasks live until every one is finished (all tasks, until Ctrl-C, without IDs).
+    """Follow tasks live until every one is finished.
 
-    Changes arrive from the store's change feed (LISTEN/NOTIFY on PostgreSQL);
-    --json prints each task's state as one JSON line per change.
+    Without IDs, follow every task (the live ones, then each one written) until
+    Ctrl-C or --timeout. Changes arrive from the store's change feed
+    (LISTEN/NOTIFY on PostgreSQL); --json prints one JSON line per change.
     """
     if timeout is not None and timeout <= 0:
         _fail("--timeout must be more than 0 seconds", 2)
@@ -272,7 +274,7 @@ def tasks_watch(
             else:
                 current = {t.id: t for t in store.iterate(owner=_owner(owner), status=LIVE)}
             finished = _follow(store, changes, current, ids=ids, timeout=timeout, as_json=as_json)
-    if not finished:
+    if not finished and ids:
         _fail(f"tasks still running after {timeout}s", 1)
 
 

@@ -92,6 +92,28 @@ def test_watch_follows_a_task_until_it_finishes_as_json_lines(ops: Ops) -> None:
     assert progress == sorted(progress)
 
 
+def test_watch_without_ids_follows_every_task_until_the_timeout(ops: Ops) -> None:
+    queue = ops.deployment.queue
+    parked = queue.submit("ops.ask", {"steps": 1})
+    ops.deployment.wait_status(parked.id, TaskStatus.INPUT_REQUIRED)
+    command = queuestore_command("tasks", "watch", "--json", "--timeout", "15")
+    with subprocess.Popen(
+        command, env=ops.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as watcher:
+        assert watcher.stdout is not None
+        first = []
+        while not any(state["id"] == parked.id for state in first):  # the live tasks first
+            first.append(json.loads(watcher.stdout.readline()))
+        queue.resume(parked.id, "go")
+        fresh = queue.submit("ops.steps", {"count": 1, "pause": 0.0})  # written after it opened
+        rest = watcher.stdout.read()
+        assert watcher.wait(timeout=60) == 0  # the end of a follow, not an error
+    states = [json.loads(line) for line in _lines(rest)]
+    assert [s["status"] for s in states if s["id"] == parked.id][-1] == "completed"
+    assert [s["status"] for s in states if s["id"] == fresh.id][-1] == "completed"
+    assert all(state["status"] not in {"completed", "failed", "cancelled"} for state in first)
+
+
 def test_watch_prints_one_line_per_change_when_piped(ops: Ops) -> None:
     task = ops.deployment.queue.submit("ops.boom", {"message": "x" * 300})
     watched = ops.cli("tasks", "watch", "--timeout", "45", "--", task.id)
