@@ -75,6 +75,7 @@ def create_app(
         service = Service(AsyncTaskQueue(served), auth, settings)
         service.loop = asyncio.get_running_loop()
         app.state.queuestore = service
+        app.state.metrics = _metrics_of(served)
         try:
             yield
         finally:
@@ -152,20 +153,24 @@ def _metrics(app: FastAPI) -> None:
         app.router.routes.append(Route("/metrics", _MetricsEndpoint(app), methods=["GET"]))
 
 
+def _metrics_of(queue: TaskQueue) -> ASGIApp | None:
+    """The metrics app of the served store, counting its writes from the start (or None)."""
+    if importlib.util.find_spec("prometheus_client") is None:
+        return None
+    from queuestore.metrics import metrics_app
+
+    return metrics_app(queue.store)
+
+
 class _MetricsEndpoint:
-    """An ASGI app serving ``queuestore.metrics.metrics_app`` of the started app's store."""
+    """An ASGI app that hands ``/metrics`` to the started app's metrics app."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
-        self.served: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.served is None:  # the store exists once the app started
-            from queuestore.metrics import metrics_app
-
-            service: Service = self.app.state.queuestore
-            self.served = metrics_app(service.store.sync)
-        await self.served(scope, receive, send)
+        served: ASGIApp = self.app.state.metrics
+        await served(scope, receive, send)
 
 
 def _dashboard(app: FastAPI) -> None:

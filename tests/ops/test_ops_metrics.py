@@ -12,7 +12,7 @@ from typing import Any
 from ops_support import Ops, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from queuestore import SqlTaskStore, TaskStatus
+from queuestore import Settings, SqlTaskStore, TaskStatus
 from queuestore.metrics import metrics_app
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -171,3 +171,23 @@ def test_metrics_app_serves_the_store_and_this_process(tmp_path: Path) -> None:
     transitions = "queuestore_task_transitions_total"
     assert value(samples, transitions, job="asgi.job", status="submitted") == 2
     assert value(samples, transitions, job="asgi.job", status="cancelled") == 1
+
+
+def test_http_api_serves_metrics_counting_its_own_writes(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from queuestore.http import create_app
+
+    settings = Settings(home=tmp_path, broker_url="memory://")
+    with TestClient(create_app(settings)) as http:
+        created = http.post("/tasks", json={"name": "api.metrics.job"})
+        assert created.status_code == 201, created.text
+        http.post(f"/tasks/{created.json()['id']}/cancel")
+        scraped = http.get("/metrics")
+    assert scraped.status_code == 200
+    samples = parse(scraped.text)
+    transitions = "queuestore_task_transitions_total"
+    assert value(samples, transitions, job="api.metrics.job", status="submitted") == 1
+    assert value(samples, transitions, job="api.metrics.job", status="cancelled") == 1
+    assert value(samples, "queuestore_tasks", status="cancelled") == 1
+    assert "/metrics" not in http.get("/openapi.json").json()["paths"]
