@@ -1,5 +1,7 @@
 """``python -m queuestore``: the same as the ``queuestore`` command."""
 
-from queuestore.cli import app
+import sys
 
-app(prog_name="queuestore")
+from queuestore.cli import main
+
+sys.exit(main())

@@ -1,30 +1,96 @@
-"""The ``queuestore`` command: schema migrations, task inspection, the janitor, the demo."""
+"""The ``queuestore`` command: workers, beat, schema migrations, tasks, the janitor, the demo.
+
+Inspecting commands print for people by default and take ``--json`` for
+scripts (one JSON document, or JSON lines for ``tasks watch``). Every error
+is one line on stderr and a non-zero exit (2: bad usage or configuration,
+1: the store refused or failed), and bad input writes nothing.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from sqlalchemy.exc import SQLAlchemyError
 
 from queuestore.config import Settings
-from queuestore.errors import QueueStoreError
+from queuestore.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
 from queuestore.janitor import run_janitor
-from queuestore.presentation import task_table
+from queuestore.models import LIVE, Task
+from queuestore.owner import ANY, Owner
+from queuestore.presentation import TaskWatchView, task_table
+from queuestore.store.sql import SqlTaskStore
+from queuestore.watch import Watch
 
-app = typer.Typer(help="A durable task store whose tasks run as Celery jobs.", no_args_is_help=True)
+app = typer.Typer(
+    help="A durable task store whose tasks run as Celery jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 db = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
-tasks = typer.Typer(help="Inspect and cancel tasks.", no_args_is_help=True)
+tasks = typer.Typer(help="Inspect, watch, answer, cancel and delete tasks.", no_args_is_help=True)
+config = typer.Typer(help="Show the settings and their reference.", no_args_is_help=True)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
+app.add_typer(config, name="config")
 
 console = Console()
+errors = Console(stderr=True, soft_wrap=True)
+
+_CELERY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 UrlOption = Annotated[
     str | None,
     typer.Option("--url", help="Database URL; default: QUEUESTORE_DATABASE_URL or embedded."),
 ]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+OwnerOption = Annotated[
+    str | None, typer.Option(help="Act as this owner (default: every owner, as an operator).")
+]
+AppOption = Annotated[
+    str,
+    typer.Option(
+        "--app",
+        "-A",
+        help="The Celery app: a module (its `app`) or module:attribute. Default: the package's.",
+    ),
+]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr, then exit with ``code``."""
+    errors.print(f"queuestore: error: {' '.join(message.split())}", markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _reporting() -> Iterator[None]:
+    """Turn the library's errors into one line and an exit code."""
+    try:
+        yield
+    except ValidationError as exc:
+        _fail(f"invalid configuration: {_first_error(exc)}", 2)
+    except (InvalidTaskData, InvalidCursor) as exc:
+        _fail(str(exc), 2)
+    except QueueStoreError as exc:
+        _fail(str(exc), 1)
+    except SQLAlchemyError as exc:  # the schema commands use the engine directly
+        _fail(f"database unavailable: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", 1)
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
 
 
 def _settings(url: str | None) -> Settings:
@@ -32,16 +98,68 @@ def _settings(url: str | None) -> Settings:
     return settings if url is None else settings.model_copy(update={"database_url": url})
 
 
-def _store(url: str | None) -> Any:
+def _store(url: str | None) -> SqlTaskStore:
     settings = _settings(url).model_copy(update={"auto_migrate": False})
     return settings.make_store()
+
+
+def _owner(owner: str | None) -> Owner:
+    return ANY if owner is None else owner
+
+
+def _print_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _task_json(task: Task) -> dict[str, Any]:
+    return task.model_dump(mode="json")
+
+
+# -- workers and beat ---------------------------------------------------------
+
+
+@app.command(context_settings=_CELERY_OPTIONS)
+def worker(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
+    """Start a Celery worker that runs the app's jobs.
+
+    Other options go to `celery worker`, e.g. `queuestore worker --concurrency 2 -Q reports`
+    (or after `--`). Settings come from QUEUESTORE_* variables.
+    """
+    raise typer.Exit(_celery("worker", celery_app, ctx.args))
+
+
+@app.command(context_settings=_CELERY_OPTIONS)
+def beat(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
+    """Start Celery beat: the janitor, reaper and dispatcher sweep. Run exactly one.
+
+    Other options go to `celery beat`, e.g. `--schedule /var/lib/queuestore/schedule`.
+    """
+    raise typer.Exit(_celery("beat", celery_app, ctx.args))
+
+
+def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
+    with _reporting():
+        settings = Settings()
+    celery_app = _celery_app(name)
+    argv = [command, *arguments]
+    if not any(arg in {"-l", "--loglevel"} or arg.startswith("--loglevel=") for arg in arguments):
+        argv.append(f"--loglevel={settings.log_level or 'INFO'}")
+    if settings.log_format == "json":
+        argv.insert(0, "--quiet")  # no banner: the output is JSON lines only
+    code = celery_app.start(argv)
+    return int(code or 0)
+
+
+# -- schema -------------------------------------------------------------------
 
 
 @db.command("upgrade")
 def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
     """Create or migrate the schema to the newest revision."""
-    store = _store(url)
-    store.migrate(revision)
+    with _reporting():
+        store = _store(url)
+        store.migrate(revision)
     console.print(f"[green]schema at {revision}[/] on {store!r}")
 
 
@@ -50,65 +168,266 @@ def db_downgrade(revision: str, url: UrlOption = None) -> None:
     """Migrate the schema down to REVISION (``base`` drops everything)."""
     from queuestore.migrations import downgrade
 
-    store = _store(url)
-    with store.engine.begin() as connection:
-        downgrade(connection, revision)
+    with _reporting():
+        store = _store(url)
+        with store.engine.begin() as connection:
+            downgrade(connection, revision)
     console.print(f"[yellow]schema at {revision}[/] on {store!r}")
 
 
 @db.command("current")
-def db_current(url: UrlOption = None) -> None:
+def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
     """Print the schema revision the database is at."""
     from alembic.migration import MigrationContext
 
     from queuestore.migrations import VERSION_TABLE
 
-    store = _store(url)
-    with store.engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        console.print(context.get_current_revision() or "none")
+    with _reporting():
+        store = _store(url)
+        with store.engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+            revision = context.get_current_revision()
+    if as_json:
+        _print_json({"revision": revision})
+    else:
+        console.print(revision or "none")
+
+
+# -- tasks --------------------------------------------------------------------
 
 
 @tasks.command("list")
 def tasks_list(
+    *,
     url: UrlOption = None,
     status: Annotated[list[str] | None, typer.Option(help="Only these statuses.")] = None,
     owner: Annotated[str | None, typer.Option(help="Only this owner's tasks.")] = None,
-    limit: int = 50,
+    name: Annotated[str | None, typer.Option(help="Only tasks of this job.")] = None,
+    context: Annotated[str | None, typer.Option(help="Only tasks of this context id.")] = None,
+    limit: Annotated[int, typer.Option(help="Tasks per page (1..1000).")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="The next page, as a listing gave it.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List tasks, newest first."""
-    from queuestore.owner import ANY
-
-    try:
-        page = _store(url).list(owner=owner or ANY, status=status, limit=limit)
-    except QueueStoreError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    with _reporting():
+        settings = _settings(url)
+        page = _store(url).list(
+            owner=_owner(owner),
+            status=status,
+            name=name,
+            context_id=context,
+            limit=limit,
+            cursor=cursor,
+        )
+    if as_json:
+        _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
+        return
     console.print(task_table(page.tasks))
+    if page.next_cursor is None:
+        return
+    if settings.cursor_secret is None:
+        # Each process signs cursors with a random key unless one is configured.
+        console.print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
+    else:
+        console.print(f"next page: --cursor {page.next_cursor}", overflow="fold")
 
 
 @tasks.command("show")
-def tasks_show(task_id: str, url: UrlOption = None) -> None:
-    """Print one task as JSON (put -- before an id that starts with -)."""
-    try:
-        task = _store(url).get(task_id)
-    except QueueStoreError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from exc
-    console.print_json(task.model_dump_json())
+def tasks_show(
+    task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+) -> None:
+    """Print one task (put -- before an id that starts with -)."""
+    with _reporting():
+        task = _store(url).get(task_id, owner=_owner(owner))
+    if as_json:
+        _print_json(_task_json(task))
+    else:
+        console.print_json(task.model_dump_json())
+
+
+@tasks.command("watch")
+def tasks_watch(
+    task_ids: Annotated[list[str] | None, typer.Argument(help="Tasks to follow.")] = None,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Stop after this many seconds (exit 1 if the IDs are not finished)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow tasks live until every one is finished.
+
+    Without IDs, follow every task (the live ones, then each one written) until
+    Ctrl-C or --timeout. Changes arrive from the store's change feed
+    (LISTEN/NOTIFY on PostgreSQL); --json prints one JSON line per change.
+    """
+    if timeout is not None and timeout <= 0:
+        _fail("--timeout must be more than 0 seconds", 2)
+    with _reporting():
+        store = _store(url)
+        ids = list(dict.fromkeys(task_ids or []))
+        with store.watch(owner=_owner(owner), task_ids=ids or None) as changes:
+            # Read after the watch opened: nothing written between the two is missed.
+            if ids:
+                current = {task_id: store.get(task_id, owner=_owner(owner)) for task_id in ids}
+            else:
+                current = {t.id: t for t in store.iterate(owner=_owner(owner), status=LIVE)}
+            finished = _follow(store, changes, current, ids=ids, timeout=timeout, as_json=as_json)
+    if not finished and ids:
+        _fail(f"tasks still running after {timeout}s", 1)
+
+
+_RECHECK_SECONDS = 5.0
+"""How long ``tasks watch`` waits on the feed before checking its tasks were not deleted."""
+
+
+def _follow(
+    store: SqlTaskStore,
+    changes: Watch,
+    current: dict[str, Task],
+    *,
+    ids: list[str],
+    timeout: float | None,
+    as_json: bool,
+) -> bool:
+    """Show changes until the followed tasks are terminal; False when ``timeout`` ran out."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    view = TaskWatchView(console, as_json=as_json)
+    with view:
+        for task in current.values():
+            view.show(task)
+
+        def done() -> bool:
+            return bool(ids) and all(task.is_terminal for task in current.values())
+
+        while not done():
+            wait = _RECHECK_SECONDS
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return False
+            change = changes.get(timeout=wait)
+            if change is None:
+                if ids:
+                    _forget_deleted(store, current, view)
+                continue
+            known = current.get(change.id)
+            if known is not None and known.version >= change.version:
+                continue
+            current[change.id] = change
+            view.show(change)
+    return True
+
+
+def _forget_deleted(store: SqlTaskStore, current: dict[str, Task], view: TaskWatchView) -> None:
+    """Stop following tasks deleted meanwhile (the feed does not deliver deletions)."""
+    for task_id, task in list(current.items()):
+        if task.is_terminal:
+            continue
+        try:
+            store.get(task_id)
+        except TaskNotFound:
+            view.deleted(task)
+            del current[task_id]
 
 
 @tasks.command("cancel")
-def tasks_cancel(task_id: str, url: UrlOption = None, reason: str | None = None) -> None:
+def tasks_cancel(
+    task_id: str, url: UrlOption = None, reason: str | None = None, owner: OwnerOption = None
+) -> None:
     """Cancel a task in the store; its worker stops at its next write or heartbeat.
 
     Put -- before an id that starts with -.
     """
-    try:
-        task = _store(url).cancel(task_id, reason=reason)
-    except QueueStoreError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from exc
+    with _reporting():
+        task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
     console.print(f"{task.id} {task.status}")
+
+
+@tasks.command("resume")
+def tasks_resume(
+    task_id: str,
+    answer: Annotated[str, typer.Argument(help="The answer: JSON, or else taken as text.")],
+    *,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    text: Annotated[bool, typer.Option("--text", help="Take ANSWER as text, not JSON.")] = False,
+    celery_app: AppOption = "workers",
+) -> None:
+    """Answer a task waiting for input (input_required) and run its job again."""
+    from queuestore.queue import TaskQueue
+
+    value: Any = answer
+    if not text:
+        try:
+            value = json.loads(answer)
+        except ValueError:
+            value = answer
+    with _reporting():
+        settings = _settings(url).model_copy(update={"auto_migrate": False})
+        store = settings.make_store()
+        queue = TaskQueue(store, _celery_app(celery_app))
+        task = queue.resume(task_id, value, owner=_owner(owner))
+    console.print(f"{task.id} {task.status}")
+
+
+def _celery_app(name: str) -> Any:
+    """The Celery app ``name`` (a module, or module:attribute): its broker and routes."""
+    from celery.app.utils import find_app
+
+    try:
+        return find_app(name)
+    except Exception as exc:  # find_app raises ImportError, AttributeError or its own errors
+        _fail(f"cannot load the Celery app {name!r}: {exc}", 2)
+
+
+@tasks.command("delete")
+def tasks_delete(
+    task_id: str,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    force: Annotated[bool, typer.Option(help="Delete even a live task (its run stops).")] = False,
+) -> None:
+    """Delete a task and everything stored with it (put -- before an id that starts with -)."""
+    with _reporting():
+        store = _store(url)
+        task = store.get(task_id, owner=_owner(owner))
+        if not task.is_terminal and not force:
+            _fail(f"task {task.id} is {task.status}; cancel it first, or pass --force", 1)
+        store.delete(task_id, owner=_owner(owner))
+    console.print(f"{task.id} deleted")
+
+
+# -- settings -------------------------------------------------------------------
+
+
+@config.command("show")
+def config_show(as_json: JsonOption = False) -> None:
+    """Print the settings this process reads from QUEUESTORE_* (secrets hidden)."""
+    from queuestore.reference import effective_settings
+
+    with _reporting():
+        values = effective_settings(Settings())
+    if as_json:
+        _print_json(values)
+        return
+    for name, value in values.items():
+        shown = (
+            "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
+        )
+        console.print(f"QUEUESTORE_{name.upper()}={shown}", markup=False, highlight=False)
+
+
+@config.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference in Markdown (docs/configuration.md)."""
+    from queuestore.reference import configuration_reference
+
+    sys.stdout.write(configuration_reference())
+
+
+# -- maintenance ----------------------------------------------------------------
 
 
 @app.command()
@@ -118,7 +437,8 @@ def janitor(
     batch_size: int = 1000,
 ) -> None:
     """Delete terminal tasks older than TTL now (beat runs the same on a schedule)."""
-    removed = run_janitor(_store(url), timedelta(seconds=ttl), batch_size=batch_size)
+    with _reporting():
+        removed = run_janitor(_store(url), timedelta(seconds=ttl), batch_size=batch_size)
     console.print(f"removed {removed} expired tasks")
 
 
@@ -150,10 +470,27 @@ def serve(
     try:
         from queuestore.http import serve as serve_http
     except ImportError as exc:
-        console.print(f"[red]queuestore serve needs the http extra: {exc}[/]")
-        raise typer.Exit(1) from exc
+        _fail(f"queuestore serve needs the http extra: {exc}", 2)
+    with _reporting():
+        settings = _settings(url)
     try:
-        serve_http(_settings(url), host, port, queue=queue)
+        serve_http(settings, host, port, queue=queue)
     except (ImportError, ValueError) as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from exc
+        _fail(str(exc), 2)
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    """The ``queuestore`` command: usage errors are one line too, not a help panel."""
+    try:
+        code = app(args=args, prog_name="queuestore", standalone_mode=False)
+    except typer.TyperException as exc:  # click's errors, as typer exports them
+        context = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as click does
+            sys.stdout.write(exc.format_message() + "\n")
+            return 0
+        where = f"{context.command_path}: " if context is not None else ""
+        errors.print(f"queuestore: error: {where}{exc.format_message()}", markup=False)
+        return exc.exit_code
+    except typer.Abort:
+        return 130
+    return int(code or 0)

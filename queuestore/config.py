@@ -7,9 +7,14 @@ a bare machine runs the whole flow without any server.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from celery import Celery
 from pydantic import BeforeValidator, Field, SecretStr
@@ -22,6 +27,7 @@ from queuestore.store.sql import SqlTaskStore
 from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 EMBEDDED_HOME = Path(".queuestore")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _seconds(value: Any) -> Any:
@@ -36,6 +42,24 @@ def _seconds(value: Any) -> Any:
 
 Duration = Annotated[timedelta, BeforeValidator(_seconds)]
 
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value),
+]
+
+
+def _temporary_folder(prefix: str) -> str:
+    """A new folder, removed when this process exits (not when a forked child does)."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    return folder
+
 
 class Settings(BaseSettings):
     """Every knob of a queuestore deployment; each reads ``QUEUESTORE_<NAME>``.
@@ -48,29 +72,67 @@ class Settings(BaseSettings):
     home: Path = Field(EMBEDDED_HOME, description="Folder of the embedded database and broker.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite in home.")
     broker_url: str = Field("filesystem://", description="Celery broker URL.")
-    require_owner: bool = False
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    cursor_secret: SecretStr | None = None
+    require_owner: bool = Field(
+        False, description="Refuse tasks without an owner; anonymous callers see nothing."
+    )
+    max_payload_bytes: int = Field(
+        DEFAULT_MAX_PAYLOAD_BYTES,
+        description="Largest input, result, metadata or artifact, in bytes of compact JSON.",
+    )
+    cursor_secret: SecretStr | None = Field(
+        None,
+        description="Key that signs pagination cursors; share it between processes. "
+        "Unset: a random key per process.",
+    )
     auto_migrate: bool | None = Field(
         None, description="Migrate the schema on start; default: only for SQLite."
     )
 
-    lease: Duration = timedelta(seconds=30)
-    heartbeat_interval: Duration = timedelta(seconds=1)
+    lease: Duration = Field(
+        timedelta(seconds=30),
+        description="How long a run holds its task without a heartbeat before the reaper "
+        "may retry it.",
+    )
+    heartbeat_interval: Duration = Field(
+        timedelta(seconds=1), description="How often a running job renews its lease."
+    )
     report_interval: Duration = Field(
         timedelta(milliseconds=200),
         description="How often a job's progress and artifacts are written; 0: at once.",
     )
-    max_attempts: int = Field(3, ge=1)
-    terminate_on_cancel: bool = True
+    max_attempts: int = Field(
+        3, ge=1, description="Runs a task gets when its workers keep dying, before it fails."
+    )
+    terminate_on_cancel: bool = Field(
+        True,
+        description="Cancel interrupts a running job at once (prefork pool); false for "
+        "solo, threads or gevent pools.",
+    )
 
-    janitor_ttl: Duration = timedelta(days=1)
-    janitor_interval: Duration = timedelta(minutes=1)
-    janitor_batch_size: int = Field(1000, ge=1)
-    reaper_interval: Duration = timedelta(seconds=10)
-    dispatch_interval: Duration = timedelta(seconds=10)
-    dispatch_grace: Duration = timedelta(seconds=10)
-    redispatch_after: Duration | None = timedelta(hours=1)
+    janitor_ttl: Duration = Field(
+        timedelta(days=1), description="How long a finished task is kept before the janitor."
+    )
+    janitor_interval: Duration = Field(
+        timedelta(minutes=1), description="How often beat runs the janitor."
+    )
+    janitor_batch_size: int = Field(
+        1000, ge=1, description="Rows the janitor deletes per transaction."
+    )
+    reaper_interval: Duration = Field(
+        timedelta(seconds=10), description="How often beat runs the reaper (expired leases)."
+    )
+    dispatch_interval: Duration = Field(
+        timedelta(seconds=10),
+        description="How often beat runs the dispatcher sweep (tasks never published).",
+    )
+    dispatch_grace: Duration = Field(
+        timedelta(seconds=10),
+        description="How old an unpublished task must be before the sweep publishes it.",
+    )
+    redispatch_after: Duration | None = Field(
+        timedelta(hours=1),
+        description="Publish again a task published this long ago and never claimed; unset: never.",
+    )
 
     # HTTP API
     http_host: str = Field("127.0.0.1", description="Address `queuestore serve` listens on.")
@@ -108,6 +170,23 @@ class Settings(BaseSettings):
         5, ge=1, description="Seconds in Retry-After when the store is unavailable (503)."
     )
 
+    # Operations
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of a worker's Prometheus /metrics endpoint; unset: no endpoint.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Worker log lines as text, or as one JSON object per line.",
+    )
+    log_level: LogLevel | None = Field(
+        None,
+        description="Level of worker and beat logs; unset: the command's --loglevel "
+        "(`queuestore worker`/`beat`: INFO, `celery`: WARNING).",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to an SQLite file inside ``home``."""
@@ -132,9 +211,30 @@ class Settings(BaseSettings):
         return store
 
     def configure(self, app: Celery) -> Celery:
-        """Apply :meth:`celery_config` to ``app`` (beat keeps its schedule in ``home``)."""
+        """Apply :meth:`celery_config` to ``app`` (beat keeps its schedule in ``home``).
+
+        Its worker and beat also log as ``log_format`` and ``log_level`` say,
+        each line about a task carrying the task's id and job, and its worker
+        serves Prometheus metrics when ``metrics_port`` is set.
+        """
+        from queuestore.logs import install_celery_logging
+
         app.conf.update(self.celery_config())
         app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
+        install_celery_logging(self.log_format, self.log_level)
+        if self.metrics_port is not None:
+            if MULTIPROC_ENV not in os.environ and "prometheus_client" not in sys.modules:
+                # Prefork children count into files the main process reads; the folder
+                # must be known before prometheus_client is imported.
+                os.environ[MULTIPROC_ENV] = _temporary_folder("queuestore-metrics-")
+            try:
+                from queuestore.metrics import serve_worker_metrics
+            except ImportError as exc:
+                raise ImportError(
+                    f"metrics_port needs the metrics extra (queuestore[metrics]): {exc}"
+                ) from exc
+
+            serve_worker_metrics(app, self.metrics_port)
         return app
 
     def make_queue(

@@ -21,6 +21,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, StoreUnavailable
 from queuestore.jobs import bind_settings, registered_job
+from queuestore.logs import about
 from queuestore.models import Task
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore, lost_runs
@@ -198,7 +199,9 @@ class TaskQueue:
         try:
             self.publish(task, countdown=countdown)
         except BrokerUnavailable as exc:
-            log.warning("task %s stays queued in the store: %s", task.id, exc.__cause__)
+            log.warning(
+                "task %s stays queued in the store: %s", task.id, exc.__cause__, extra=about(task)
+            )
             return False
         self.dispatch_marks.add(task)
         return True
@@ -243,9 +246,9 @@ class TaskQueue:
         reaped = self.store.reap(max_attempts=self.max_attempts)
         for task in reaped:
             if task.is_terminal:
-                log.warning("task %s failed: %s", task.id, task.error)
+                log.warning("task %s failed: %s", task.id, task.error, extra=about(task))
             else:
-                log.warning("task %s lost its worker; retrying", task.id)
+                log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
                 self.dispatch(task, countdown=min(2.0 ** lost_runs(task), 60.0))
         return reaped
 

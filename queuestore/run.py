@@ -25,6 +25,7 @@ from queuestore.errors import (
 )
 from queuestore.interrupts import interrupts
 from queuestore.jobs import RunSettings
+from queuestore.logs import about
 from queuestore.models import Artifact, Task, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,12 @@ class Run:
             with self._state:
                 self._refused = exc
         except StoreUnavailable as exc:
-            log.warning("reports of task %s kept for the next write: %s", self.task_id, exc)
+            log.warning(
+                "reports of task %s kept for the next write: %s",
+                self.task_id,
+                exc,
+                extra=about(self._task),
+            )
 
 
 def riding_out_outages(write: Callable[[], T], task_id: str) -> T:

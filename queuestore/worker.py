@@ -35,6 +35,7 @@ from queuestore.errors import (
 from queuestore.heartbeat import Heartbeat
 from queuestore.interrupts import interrupts
 from queuestore.jobs import Job, RunSettings, register_job, registered_job, settings_of
+from queuestore.logs import task_context
 from queuestore.models import Task, TaskError, TaskStatus
 from queuestore.run import JobCancelled, Run, riding_out_outages
 
@@ -75,11 +76,16 @@ def job(
 
         def run(celery_task: Any, task_id: str) -> None:
             try:
-                execute(settings_of(app), registered, task_id)
+                with task_context(task_id, job_name):
+                    execute(settings_of(app), registered, task_id)
             except StoreUnavailable as exc:
                 countdown = min(2.0**celery_task.request.retries, 60.0)
                 log.warning(
-                    "task %s: store unavailable (%s); retry in %.0fs", task_id, exc, countdown
+                    "task %s: store unavailable (%s); retry in %.0fs",
+                    task_id,
+                    exc,
+                    countdown,
+                    extra={"task_id": task_id, "job": job_name},
                 )
                 raise celery_task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
 

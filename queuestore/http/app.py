@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +20,8 @@ from typing import Final
 from celery import Celery
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
@@ -72,6 +75,7 @@ def create_app(
         service = Service(AsyncTaskQueue(served), auth, settings)
         service.loop = asyncio.get_running_loop()
         app.state.queuestore = service
+        app.state.metrics = _metrics_of(served)
         try:
             yield
         finally:
@@ -93,6 +97,7 @@ def create_app(
     app.include_router(events.router)
     _health(app)
     _dashboard(app)
+    _metrics(app)
     return app
 
 
@@ -140,6 +145,32 @@ def _health(app: FastAPI) -> None:
                 headers={"Retry-After": str(service.settings.http_retry_after)},
             ) from None
         return Health(status="ok")
+
+
+def _metrics(app: FastAPI) -> None:
+    """``/metrics``: the store's and this process's Prometheus metrics (extra ``metrics``)."""
+    if importlib.util.find_spec("prometheus_client") is not None:
+        app.router.routes.append(Route("/metrics", _MetricsEndpoint(app), methods=["GET"]))
+
+
+def _metrics_of(queue: TaskQueue) -> ASGIApp | None:
+    """The metrics app of the served store, counting its writes from the start (or None)."""
+    if importlib.util.find_spec("prometheus_client") is None:
+        return None
+    from queuestore.metrics import metrics_app
+
+    return metrics_app(queue.store)
+
+
+class _MetricsEndpoint:
+    """An ASGI app that hands ``/metrics`` to the started app's metrics app."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        served: ASGIApp = self.app.state.metrics
+        await served(scope, receive, send)
 
 
 def _dashboard(app: FastAPI) -> None:

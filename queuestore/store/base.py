@@ -99,7 +99,10 @@ class TaskStore(WorkerProtocol):
             ttl=check.ttl(ttl),
             metadata=check.json_object(metadata, "metadata", self.max_payload_bytes),
         )
-        return self._insert(new)
+        task = self._insert(new)
+        for observer in self._observers:
+            observer.created(task)
+        return task
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
         """The task, as last committed.
@@ -355,9 +358,28 @@ class TaskStore(WorkerProtocol):
         total = 0
         while True:
             deleted = self._delete_expired(checked_ttl, now, batch_size)
+            if deleted:
+                for observer in self._observers:
+                    observer.removed(deleted)
             total += deleted
             if deleted < batch_size:
                 return total
+
+    def status_counts(self) -> dict[TaskStatus, int]:
+        """How many tasks are in each status, every owner's (zero for an empty status).
+
+        One aggregate query: for operators and metrics, never for callers.
+        """
+        counts = self._count_by_status()
+        return {status: counts.get(status, 0) for status in TaskStatus}
+
+    def outbox_backlog(self) -> int:
+        """How many live tasks wait for their first message (the dispatcher sweep's work).
+
+        It includes tasks published moments ago whose publication is not recorded
+        yet: ``submit`` records it in batches.
+        """
+        return self._count_undispatched()
 
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> Watch:
         """The changes to the tasks ``owner`` may see (only ``task_ids`` when given).

@@ -188,6 +188,23 @@ class InMemoryTaskStore(TaskStore):
         pending.sort(key=lambda task: task.updated_at)
         return pending[:limit]
 
+    def _count_by_status(self) -> dict[TaskStatus, int]:
+        counts: dict[TaskStatus, int] = {}
+        with self._changed:
+            for task in self._tasks.values():
+                counts[task.status] = counts.get(task.status, 0) + 1
+        return counts
+
+    def _count_undispatched(self) -> int:
+        with self._changed:
+            return sum(
+                1
+                for task in self._tasks.values()
+                if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
+                and task.worker_id is None
+                and task.id not in self._dispatched
+            )
+
     def _changed_since(
         self, since: datetime, after: tuple[datetime, str] | None, limit: int
     ) -> list[Task]:

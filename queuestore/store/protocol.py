@@ -56,7 +56,7 @@ class WorkerProtocol(StoreCore):
             claim=(check.worker_id(worker_id), _lease(lease)),
             mark_started=True,
         )
-        return self._write(check.task_id(task_id), write)
+        return self._observed(self._write(check.task_id(task_id), write), write)
 
     def heartbeat(self, task_id: str, worker_id: str, lease: timedelta) -> Task:
         """Extend the lease and return the task, so the worker sees a cancel.
@@ -138,9 +138,11 @@ class WorkerProtocol(StoreCore):
                     values={"status_message": f"retrying: worker {task.worker_id} was lost"},
                     release=True,
                 )
-            written = self._write(task.id, write)
+            written = self._observed(self._write(task.id, write), write)
             if written is not None:
                 reaped.append(written)
+                for observer in self._observers:
+                    observer.reaped(written)
         return reaped
 
     def report(

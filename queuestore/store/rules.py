@@ -40,6 +40,7 @@ from queuestore.models import (
     sources_of,
 )
 from queuestore.owner import Owner, OwnerScope
+from queuestore.store.observer import StoreObserver
 from queuestore.watch import ChangeFeed
 
 
@@ -154,6 +155,19 @@ class StoreCore(ABC):
         self.max_payload_bytes = check.positive_int(max_payload_bytes, "max_payload_bytes")
         self._cursors = CursorCodec(cursor_secret)
         self._feed = ChangeFeed(self._changed_since, self._now, self.subscribe)
+        self._observers: tuple[StoreObserver, ...] = ()
+
+    def observe(self, observer: StoreObserver) -> None:
+        """Tell ``observer`` about this store's writes from now on (once per observer)."""
+        if observer not in self._observers:
+            self._observers = (*self._observers, observer)
+
+    def _observed(self, task: Task | None, write: Write) -> Task | None:
+        """Pass a committed status write on to the observers; return ``task``."""
+        if task is not None and write.status is not None:
+            for observer in self._observers:
+                observer.status_written(task, claimed=write.claim is not None)
+        return task
 
     # -- backend primitives -------------------------------------------------
 
@@ -209,6 +223,14 @@ class StoreCore(ABC):
         Due: never published and last written before ``older_than`` ago, or
         published more than ``redispatch_after`` ago and still not claimed.
         """
+
+    @abstractmethod
+    def _count_by_status(self) -> dict[TaskStatus, int]:
+        """How many tasks are in each status (statuses without tasks may be left out)."""
+
+    @abstractmethod
+    def _count_undispatched(self) -> int:
+        """How many unclaimed submitted or working tasks were never published."""
 
     @abstractmethod
     def _now(self) -> datetime:
@@ -309,7 +331,7 @@ class StoreCore(ABC):
     def _apply(self, task_id: str, write: Write) -> Task:
         """Run a write, explaining a refusal with the error that fits the current row."""
         for _ in range(_RACE_RETRIES):
-            written = self._write(task_id, write)
+            written = self._observed(self._write(task_id, write), write)
             if written is not None:
                 return written
             self._explain_refusal(task_id, write)
@@ -361,7 +383,7 @@ class StoreCore(ABC):
                 values={**write.values, **change(current)},
                 expected_version=current.version,
             )
-            written = self._write(task_id, attempt)
+            written = self._observed(self._write(task_id, attempt), attempt)
             if written is not None:
                 return written
             self._explain_refusal(task_id, write)

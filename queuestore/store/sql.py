@@ -393,6 +393,16 @@ class SqlTaskStore(TaskStore):
         with self._transaction() as connection:
             return [_to_task(row) for row in connection.execute(statement)]
 
+    def _count_by_status(self) -> dict[TaskStatus, int]:
+        with self._transaction() as connection:
+            rows = connection.execute(statements.COUNT_BY_STATUS)
+            return {TaskStatus(status): count for status, count in rows}
+
+    def _count_undispatched(self) -> int:
+        with self._transaction() as connection:
+            count: int = connection.execute(statements.COUNT_UNDISPATCHED).scalar_one()
+        return count
+
     def _now(self) -> datetime:
         if not self._postgres:
             return datetime.now(UTC)

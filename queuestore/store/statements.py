@@ -369,6 +369,16 @@ def changed_since(*, after: bool) -> ClauseElement:
     )
 
 
+COUNT_BY_STATUS = select(C.status, func.count()).group_by(C.status)
+"""Tasks per status, every owner's (metrics)."""
+
+COUNT_UNDISPATCHED = select(func.count()).where(
+    C.dispatched_at.is_(None),
+    C.worker_id.is_(None),
+    C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
+)
+"""Live tasks never published: the outbox backlog (served by the sweep's partial index)."""
+
 CLOCK = select(func.now().cast(UTCDateTime).label("now"))
 """PostgreSQL's clock, as the store's writes read it."""
 

@@ -123,8 +123,10 @@ def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: P
         capture_output=True,
         timeout=60,
     )
-    assert done.returncode == 1
-    assert done.stdout.decode().strip().splitlines() == [message]
+    # As every queuestore command: bad usage exits 2 with one line on stderr.
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert done.stderr.decode().strip().splitlines() == [f"queuestore: error: {message}"]
 
 
 def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:

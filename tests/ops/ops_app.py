@@ -1,0 +1,48 @@
+"""The app the ops tests' workers load: the ready ``workers`` app plus jobs that log.
+
+    queuestore worker -A ops_app      # with this folder on PYTHONPATH
+
+``QUEUESTORE_TEST_QUEUE`` names the queue, so tests sharing a broker never see
+each other's messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from queuestore import TaskContext, job
+from workers import app, queue
+
+app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
+log = logging.getLogger("ops_app")
+
+
+@job(app, name="ops.steps")
+def steps(ctx: TaskContext, count: int = 3, pause: float = 0.2) -> dict[str, int]:
+    """Report progress ``count`` times, logging each step."""
+    for step in range(1, count + 1):
+        time.sleep(pause)
+        log.warning("step %d of %d", step, count)
+        ctx.progress(step / count, f"step {step} of {count}")
+    return {"steps": count}
+
+
+@job(app, name="ops.ask")
+def ask(ctx: TaskContext, question: str = "Proceed?", steps: int = 0) -> dict[str, object]:
+    """Ask for input once, then report ``steps`` progress steps and return the answer."""
+    answer = ctx.request_input(question)
+    for step in range(1, steps + 1):
+        time.sleep(0.2)
+        ctx.progress(step / (steps + 1), f"step {step}")
+    return {"answer": answer}
+
+
+@job(app, name="ops.boom")
+def boom(ctx: TaskContext, message: str = "it broke") -> None:
+    """Fail at once (the worker logs the traceback)."""
+    raise RuntimeError(message)
+
+
+__all__ = ["app", "queue"]
