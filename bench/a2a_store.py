@@ -26,6 +26,13 @@ asyncio + asyncpg) and queuestore's ``QueuestoreTaskStore`` and
 
 Calls run one after another on one event loop; every figure is the median of
 ``--rounds`` rounds; ratios are queuestore's rate over ``DatabaseTaskStore``'s.
+
+The floor beside them: the raw operation each figure cannot beat, one psycopg
+statement (prepared, autocommit: one commit each) on a table of the SDK's shape
+(an id key, owner and context columns, the task as one JSON document), timed in
+the same rounds: INSERT for a new task, UPDATE of the document for an update,
+SELECT by key for a get. A target above the floor is out of reach for any store
+that commits each save, which both A2A interfaces require.
 """
 
 from __future__ import annotations
@@ -195,6 +202,45 @@ async def measure_store(subject: Subject, tasks: int) -> dict[str, float]:
     return figures
 
 
+FLOOR_TABLE = """
+CREATE TABLE IF NOT EXISTS bench_floor (
+    id text PRIMARY KEY, owner text NOT NULL, context_id text NOT NULL, body jsonb NOT NULL
+)"""
+
+
+def measure_floor(url: str, tasks: int) -> dict[str, float]:
+    """Raw psycopg: one prepared statement and its commit per call."""
+    body = '{"status": {"state": "TASK_STATE_SUBMITTED"}, "history": ["summarise the quarter"]}'
+    ids = [str(uuid.uuid4()) for _ in range(tasks)]
+    figures: dict[str, float] = {}
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(FLOOR_TABLE)
+        for figure, sql, params in (
+            (
+                "save new",
+                "INSERT INTO bench_floor (id, owner, context_id, body) VALUES (%s, %s, %s, %s)",
+                lambda i: (i, "alice", "bench", body),
+            ),
+            (
+                "save update",
+                "UPDATE bench_floor SET body = %s WHERE id = %s AND owner = %s",
+                lambda i: (body, i, "alice"),
+            ),
+            (
+                "get",
+                "SELECT body FROM bench_floor WHERE id = %s AND owner = %s",
+                lambda i: (i, "alice"),
+            ),
+        ):
+            began = time.perf_counter()
+            for task_id in ids:
+                cursor = db.execute(sql, params(task_id), prepare=True)
+                if cursor.description is not None:  # a read: fetch what a store would decode
+                    cursor.fetchall()
+            figures[figure] = tasks / (time.perf_counter() - began)
+    return figures
+
+
 async def delay_queuestore(store: SqlTaskStore, samples: int, *, progress: bool) -> list[float]:
     """Seconds from a worker's write (another connection) to the event in the stream."""
     versioned = VersionedQueuestoreTaskStore(store)
@@ -293,10 +339,13 @@ async def run(url: str, tasks: int, samples: int, rounds: int) -> None:
             await subject.save_new(task)
             await subject.get(task.id)
     results: dict[str, dict[str, list[float]]] = {s.name: {} for s in subjects}
+    floor: dict[str, list[float]] = {}
     for _ in range(rounds):
         for subject in subjects:
             for figure, value in (await measure_store(subject, tasks)).items():
                 results[subject.name].setdefault(figure, []).append(value)
+        for figure, value in measure_floor(url, tasks).items():
+            floor.setdefault(figure, []).append(value)
 
     baseline = results[subjects[0].name]
     table = Table(title=f"A2A task stores, PostgreSQL, {tasks} tasks, median of {rounds} rounds")
@@ -315,6 +364,20 @@ async def run(url: str, tasks: int, samples: int, rounds: int) -> None:
             f"{medians[3] / medians[0]:.2f}x",
         )
     console.print(table)
+
+    floors = Table(title="The floor: raw psycopg, one statement and one commit a call")
+    for column in ("figure", "floor", "DatabaseTaskStore", "3x DatabaseTaskStore", "reachable"):
+        floors.add_column(column, justify="left" if column == "figure" else "right")
+    for figure, values in floor.items():
+        sdk, raw = statistics.median(baseline[figure]), statistics.median(values)
+        floors.add_row(
+            figure,
+            f"{raw:,.1f}/s",
+            f"{sdk:,.1f}/s ({sdk / raw:.2f} of the floor)",
+            f"{3 * sdk:,.1f}/s",
+            "yes" if 3 * sdk <= raw else "no: above the floor",
+        )
+    console.print(floors)
 
     ours = await delay_queuestore(store, samples, progress=False)
     ours_progress = await delay_queuestore(store, samples, progress=True)
