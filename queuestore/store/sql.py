@@ -9,6 +9,7 @@ embedded SQLite file has one process's clock at a time.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -134,6 +135,7 @@ class SqlTaskStore(TaskStore):
             self._statements = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._clock_sql = Clock(database_clock=self._postgres)
         self._prepared: dict[object, Prepared] = {}
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -148,7 +150,15 @@ class SqlTaskStore(TaskStore):
             upgrade(connection, revision)
 
     def after_fork(self) -> None:
-        """Forget the parent's pooled connections without closing them under its feet."""
+        """Forget the parent's pooled connections without closing them under its feet.
+
+        Only in a process forked since: Celery also sends ``worker_process_init``
+        from pools that do not fork (solo, threads), where the connections are
+        this process's own and dropping them unclosed would leak them.
+        """
+        if os.getpid() == self._pid:
+            return
+        self._pid = os.getpid()
         self.engine.dispose(close=False)
 
     def close(self) -> None:
