@@ -12,7 +12,8 @@ import os
 import pytest
 
 from queuestore import SqlTaskStore
-from tests.store.support import StoreFactory
+
+from .support import StoreFactory
 
 SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
