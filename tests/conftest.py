@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+from kombu import Connection
 from sqlalchemy import URL, Engine, create_engine, make_url, text
 
 from queuestore import InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
@@ -40,6 +43,53 @@ def require_service(name: str, check: Callable[[], object]) -> None:
         if os.environ.get("CI"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+
+
+REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("QUEUESTORE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def _broker_check(url: str) -> Callable[[], None]:
+    def check() -> None:
+        with Connection(url, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+
+    return check
+
+
+def require_redis() -> str:
+    """The test Redis's URL, once it answers (``require_service``'s rule)."""
+    require_service("Redis", _broker_check(REDIS_URL))
+    return REDIS_URL
+
+
+def require_rabbitmq() -> str:
+    """The test RabbitMQ's URL, once it answers (``require_service``'s rule)."""
+    require_service("RabbitMQ", _broker_check(AMQP_URL))
+    return AMQP_URL
+
+
+_THIS = sys.modules[__name__]
+
+
+@pytest.fixture(scope="session")
+def shared() -> ModuleType:
+    """This module, for the test folders whose own ``conftest`` cannot import it by name.
+
+    Every folder's ``conftest.py`` is a module named ``conftest``; a folder's
+    helpers reach ``require_service``, ``fresh_pg_database`` and the others here.
+    """
+    return _THIS
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return require_redis()
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    return require_rabbitmq()
 
 
 def pg_admin_url() -> URL:

@@ -7,37 +7,12 @@ and the filesystem broker. Every process is stopped when its module ends.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 from a2a_support import A2ADeployment
 from harness import Deployment
-from kombu import Connection
-
-REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-@pytest.fixture(scope="session")
-def shared(pytestconfig: pytest.Config) -> ModuleType:
-    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    for plugin in pytestconfig.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if file is not None and Path(file).resolve() == path:
-            return plugin  # type: ignore[no-any-return]
-    raise RuntimeError(f"{path} is not loaded as a conftest")
-
-
-def _redis(shared: ModuleType) -> str:
-    def check() -> None:
-        with Connection(REDIS_URL, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-
-    shared.require_service("Redis", check)
-    return REDIS_URL
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +23,7 @@ def pg(shared: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         deployment = Deployment(
             root=root,
             database_url=url.render_as_string(hide_password=False),
-            broker_url=_redis(shared),
+            broker_url=shared.require_redis(),
         )
         try:
             deployment.migrate()

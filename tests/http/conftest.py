@@ -8,7 +8,6 @@ end of the session (or of the test that started it).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -22,28 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 from harness import Deployment
 from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
-
-REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-@pytest.fixture(scope="session")
-def shared(pytestconfig: pytest.Config) -> ModuleType:
-    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    for plugin in pytestconfig.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if file is not None and Path(file).resolve() == path:
-            return plugin  # type: ignore[no-any-return]
-    raise RuntimeError(f"{path} is not loaded as a conftest")
-
-
-def _redis(shared: ModuleType) -> str:
-    def check() -> None:
-        with Connection(REDIS_URL, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-
-    shared.require_service("Redis", check)
-    return REDIS_URL
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +37,7 @@ def make_deployment(
             deployment = Deployment(
                 root=root,
                 database_url=url.render_as_string(hide_password=False),
-                broker_url=_redis(shared),
+                broker_url=shared.require_redis(),
             )
             deployment.migrate()
             built.append(deployment)
@@ -73,7 +50,7 @@ def make_deployment(
                 deployment.close()
                 # kombu drops only queues its own connection declared: the servers
                 # published here, so the queue (with what no worker took) goes by name.
-                with Connection(REDIS_URL) as connection:
+                with Connection(shared.REDIS_URL) as connection:
                     connection.default_channel.client.delete(deployment.queue_name)
 
 

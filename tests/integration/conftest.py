@@ -25,41 +25,6 @@ from harness import (
     RedisServer,
     build_deployment,
 )
-from kombu import Connection
-
-REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-AMQP_URL = os.environ.get("QUEUESTORE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-
-
-@pytest.fixture(scope="session")
-def shared(pytestconfig: pytest.Config) -> ModuleType:
-    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    for plugin in pytestconfig.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if file is not None and Path(file).resolve() == path:
-            return plugin  # type: ignore[no-any-return]
-    raise RuntimeError(f"{path} is not loaded as a conftest")
-
-
-def _broker_check(url: str) -> Callable[[], None]:
-    def check() -> None:
-        with Connection(url, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-
-    return check
-
-
-@pytest.fixture(scope="session")
-def redis_url(shared: ModuleType) -> str:
-    shared.require_service("Redis", _broker_check(REDIS_URL))
-    return REDIS_URL
-
-
-@pytest.fixture(scope="session")
-def amqp_url(shared: ModuleType) -> str:
-    shared.require_service("RabbitMQ", _broker_check(AMQP_URL))
-    return AMQP_URL
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ Processes come from the integration harness (``tests/integration/harness.py``).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -16,7 +15,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from kombu import Connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
@@ -24,7 +22,6 @@ from harness import Deployment, LoggedProcess, free_port, port_open, wait_for
 
 HERE = Path(__file__).resolve().parent
 APP = HERE / "mcp_app.py"
-REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 class McpDeployment:
@@ -108,26 +105,6 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def shared(pytestconfig: pytest.Config) -> ModuleType:
-    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    for plugin in pytestconfig.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if file is not None and Path(file).resolve() == path:
-            return plugin  # type: ignore[no-any-return]
-    raise RuntimeError(f"{path} is not loaded as a conftest")
-
-
-def _redis(shared: ModuleType) -> str:
-    def check() -> None:
-        with Connection(REDIS_URL, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-
-    shared.require_service("Redis", check)
-    return REDIS_URL
-
-
-@pytest.fixture(scope="session")
 def make_deployment(
     shared: ModuleType, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., McpDeployment]]:
@@ -140,7 +117,7 @@ def make_deployment(
             if database == "postgres":
                 url = stack.enter_context(shared.fresh_pg_database("queuestore_mcp"))
                 database_url = url.render_as_string(hide_password=False)
-                broker_url = _redis(shared)
+                broker_url = shared.require_redis()
             else:
                 database_url = f"sqlite:///{root / 'queuestore.db'}"
                 broker_url = "filesystem://"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -20,22 +19,10 @@ from ops_support import (
     free_port,
     ops_env,
     port_open,
-    redis_url,
     run_cli,
     start_queuestore,
     wait_for,
 )
-
-
-@pytest.fixture(scope="session")
-def shared(pytestconfig: pytest.Config) -> ModuleType:
-    """``tests/conftest.py``: ``require_service`` and ``fresh_pg_database``."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    for plugin in pytestconfig.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if file is not None and Path(file).resolve() == path:
-            return plugin  # type: ignore[no-any-return]
-    raise RuntimeError(f"{path} is not loaded as a conftest")
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +44,7 @@ def ops(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Ops]:
     """PostgreSQL + Redis; ``queuestore worker`` (JSON logs, metrics) and ``queuestore beat``."""
-    broker = redis_url(shared)
+    broker = shared.require_redis()
     deployment = Deployment(
         root=tmp_path_factory.mktemp("ops"), database_url=pg_database(), broker_url=broker
     )

@@ -11,9 +11,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-
-from kombu import Connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
@@ -27,7 +24,6 @@ __all__ = [
     "ops_env",
     "port_open",
     "queuestore_command",
-    "redis_url",
     "run_cli",
     "start_queuestore",
     "wait_for",
@@ -35,7 +31,6 @@ __all__ = [
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-REDIS_URL = os.environ.get("QUEUESTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 OPS_ENV = {
     # Two runs at most, so the reaper's retry and failure can both be provoked quickly.
@@ -107,12 +102,3 @@ def start_queuestore(
     )
     deployment.processes.append(process)
     return process
-
-
-def redis_url(shared: ModuleType) -> str:
-    def check() -> None:
-        with Connection(REDIS_URL, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-
-    shared.require_service("Redis", check)
-    return REDIS_URL

@@ -21,7 +21,7 @@ import pytest
 import typer.main
 import yaml
 from celery import Celery
-from ops_support import LoggedProcess, free_port, port_open, redis_url, wait_for
+from ops_support import LoggedProcess, free_port, port_open, wait_for
 
 from queuestore import Settings, TaskStatus
 from queuestore.cli import app as cli_app
@@ -230,7 +230,7 @@ def stack(
 ) -> Iterator[Stack]:
     # The services use Celery's default queue: a Redis database of their own keeps
     # other tests' workers from seeing their messages.
-    base = redis_url(shared).rsplit("/", 1)[0]
+    base = shared.require_redis().rsplit("/", 1)[0]
     made = Stack(
         tmp_path_factory.mktemp("deploy"), pg_database(), f"{base}/{random.randint(1, 15)}"
     )
