@@ -39,13 +39,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import secrets
 import statistics
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -66,6 +64,7 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
+from benchkit import scratch_database
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -78,7 +77,6 @@ from queuestore.a2a import (
     VersionedQueuestoreTaskStore,
 )
 
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 WALK_TASKS = 2000
 PAGE_SIZE = 100
 
@@ -98,18 +96,6 @@ class Named(User):
 
 ALICE = ServerCallContext(user=Named("alice"))
 BOB = ServerCallContext(user=Named("bob"))
-
-
-@contextlib.contextmanager
-def scratch_database() -> Iterator[str]:
-    name = f"queuestore_bench_a2a_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def new_task(context_id: str = "bench") -> Task:
@@ -410,7 +396,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     arguments = parser.parse_args()
-    with scratch_database() as url:
+    with scratch_database("queuestore_bench_a2a") as url:
         asyncio.run(run(url, arguments.tasks, arguments.samples, arguments.rounds))
 
 

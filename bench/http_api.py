@@ -31,8 +31,6 @@ import http.client
 import json
 import os
 import secrets
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,54 +42,12 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-import psycopg
+from benchkit import HERE, free_port, process, scratch_database
 from kombu import Connection
 
-from queuestore import SqlTaskStore
 from queuestore.aio import AsyncTaskQueue
 
-HERE = Path(__file__).resolve().parent
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = os.environ.get("QUEUESTORE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-@contextlib.contextmanager
-def scratch_database() -> Iterator[str]:
-    """A fresh, migrated database, dropped at the end."""
-    name = f"queuestore_bench_http_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    try:
-        store = SqlTaskStore(url)
-        store.migrate()
-        store.close()
-        yield url
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextlib.contextmanager
-def process(
-    command: list[str], env: dict[str, str], log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own session, stopped by its process group at the end."""
-    with log.open("ab") as out:
-        child = subprocess.Popen(
-            command, env=env, cwd=HERE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield child
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -102,12 +58,6 @@ def dropped_queues(*names: str) -> Iterator[None]:
         # kombu's queue_delete only drops queues this connection declared.
         with Connection(REDIS) as connection:
             connection.default_channel.client.delete(*names)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_ready(url: str, child: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -265,7 +215,7 @@ def main() -> None:
     port = free_port()
     idle, work = (f"qs-bench-http-{secrets.token_hex(4)}" for _ in range(2))
     with contextlib.ExitStack() as stack:
-        database = stack.enter_context(scratch_database())
+        database = stack.enter_context(scratch_database("queuestore_bench_http", migrate=True))
         stack.enter_context(dropped_queues(idle, work))
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="qs-bench-http-")))
         settings = {

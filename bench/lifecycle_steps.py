@@ -28,13 +28,13 @@ import secrets
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import redis
+from benchkit import scratch_database
 from celery import Celery
 from psycopg.types.json import Jsonb
 from rich.console import Console
@@ -45,7 +45,6 @@ from queuestore.heartbeat import Heartbeat
 from queuestore.run import Run
 from queuestore.worker import new_worker_id
 
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/13"
 COLUMNS = (
     "id, name, input, owner, context_id, status, status_message, progress, result, error, "
@@ -71,18 +70,6 @@ RAW_COMPLETE = (
 )
 
 console = Console(width=max(Console().width, 110))
-
-
-@contextmanager
-def scratch_database() -> Iterator[str]:
-    name = f"queuestore_steps_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -248,7 +235,7 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=4, help="the first is a warm-up")
     args = parser.parse_args()
-    with scratch_database() as url:
+    with scratch_database("queuestore_steps") as url:
         steps = Steps(url, args.tasks)
         try:
             for number in range(args.rounds):

@@ -28,73 +28,23 @@ import argparse
 import contextlib
 import os
 import secrets
-import signal
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
 import anyio
 import mcp_types as types
-import psycopg
+from benchkit import HERE, free_port, process, scratch_database
 from mcp.client import ClientSession, NotificationBinding
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-from queuestore import SqlTaskStore
 from queuestore.mcp.client import LegacyTasks
-
-HERE = Path(__file__).resolve().parent
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-@contextlib.contextmanager
-def scratch_database() -> Iterator[str]:
-    """A fresh, migrated database, dropped at the end."""
-    name = f"queuestore_bench_mcp_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    try:
-        store = SqlTaskStore(url)
-        store.migrate()
-        store.close()
-        yield url
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextlib.contextmanager
-def process(
-    command: list[str], env: dict[str, str], log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own session, stopped by its process group at the end."""
-    with log.open("ab") as out:
-        child = subprocess.Popen(
-            command, env=env, cwd=HERE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield child
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=10)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_port(port: int, child: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -211,7 +161,7 @@ def main() -> None:
     options = parser.parse_args()
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcp-bench-{secrets.token_hex(3)}"
     logs.mkdir(parents=True)
-    with scratch_database() as database_url:
+    with scratch_database("queuestore_bench_mcp", migrate=True) as database_url:
         env = {key: value for key, value in os.environ.items() if not key.startswith("QUEUESTORE_")}
         env |= {
             "QUEUESTORE_DATABASE_URL": database_url,

@@ -1,0 +1,76 @@
+"""What several benchmarks share: a scratch PostgreSQL database, child processes, ports.
+
+The benchmarks run as scripts (``uv run python bench/<name>.py``), so this
+folder is on ``sys.path`` and they import this module by its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+from queuestore import SqlTaskStore
+
+HERE = Path(__file__).resolve().parent
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+"""An existing database on the benchmark's server, used to create and drop others."""
+
+
+@contextlib.contextmanager
+def scratch_database(prefix: str, *, migrate: bool = False) -> Iterator[str]:
+    """A fresh database ``<prefix>_<random>`` (migrated if asked), dropped at the end.
+
+    Yields a ``postgresql://`` URL (psycopg 3 for SQLAlchemy, libpq for psycopg).
+    """
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
+    try:
+        if migrate:
+            store = SqlTaskStore(url)
+            try:
+                store.migrate()
+            finally:
+                store.close()
+        yield url
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def process(
+    command: list[str], env: dict[str, str], log: Path, *, cwd: Path = HERE
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child in its own session, its output in ``log``, stopped by its process group."""
+    with log.open("ab") as out:
+        child = subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield child
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=10)
+
+
+def free_port() -> int:
+    """A loopback port free right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
