@@ -47,7 +47,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
-from a2a.auth.user import User
 from a2a.helpers import new_text_message
 from a2a.server.cluster import (
     DatabaseTaskEventStream,
@@ -72,6 +71,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from queuestore import SqlTaskStore
 from queuestore import TaskStatus as Status
 from queuestore.a2a import (
+    NamedUser,
     QueuestoreEventStream,
     QueuestoreTaskStore,
     VersionedQueuestoreTaskStore,
@@ -81,21 +81,8 @@ WALK_TASKS = 2000
 PAGE_SIZE = 100
 
 
-class Named(User):
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
-
-    @property
-    def user_name(self) -> str:
-        return self._name
-
-
-ALICE = ServerCallContext(user=Named("alice"))
-BOB = ServerCallContext(user=Named("bob"))
+ALICE = ServerCallContext(user=NamedUser("alice"))
+BOB = ServerCallContext(user=NamedUser("bob"))
 
 
 def new_task(context_id: str = "bench") -> Task:

@@ -29,7 +29,7 @@ from a2a.types import AgentSkill
 from starlette.requests import Request
 
 from queuestore import Artifact, TaskContext, job
-from queuestore.a2a import A2AServer, agent_card
+from queuestore.a2a import A2AServer, NamedUser, agent_card
 from workers import app, queue
 
 
@@ -56,26 +56,11 @@ def agent(ctx: TaskContext, text: str) -> object:
     return f"echo: {text}"
 
 
-class HeaderUser(User):
-    """The caller named by the ``X-User`` header; anonymous without it."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def is_authenticated(self) -> bool:
-        return bool(self._name)
-
-    @property
-    def user_name(self) -> str:
-        return self._name
-
-
 class HeaderContextBuilder(DefaultServerCallContextBuilder):
     """Names the caller from ``X-User``: for a local example only, never for production."""
 
     def build_user(self, request: Request) -> User:
-        return HeaderUser(request.headers.get("x-user", ""))
+        return NamedUser(request.headers.get("x-user", ""))
 
 
 def build(host: str, port: int) -> A2AServer:

@@ -10,7 +10,7 @@ task as a queuestore job; :class:`A2AServer` wires them into routes.
 
 from queuestore.a2a.events import QueuestoreEventStream, events_between
 from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
-from queuestore.a2a.owner import OwnerResolver, resolve_owner
+from queuestore.a2a.owner import NamedUser, OwnerResolver, resolve_owner
 from queuestore.a2a.server import A2AServer, agent_card
 from queuestore.a2a.store import (
     SDK_TASK,
@@ -23,6 +23,7 @@ __all__ = [
     "SDK_TASK",
     "A2AServer",
     "JobRequest",
+    "NamedUser",
     "OwnerResolver",
     "QueuestoreAgentExecutor",
     "QueuestoreEventStream",

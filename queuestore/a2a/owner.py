@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 
 OwnerResolver = Callable[[ServerCallContext], "str | None"]
@@ -28,4 +29,26 @@ def resolve_owner(context: ServerCallContext) -> str | None:
     return user
 
 
-__all__ = ["OwnerResolver", "resolve_owner"]
+class NamedUser(User):
+    """A user known by name, as an authenticating context builder makes it.
+
+    Authenticated when the name is not empty; an empty name is the anonymous
+    caller, whose owner is None (see :func:`resolve_owner`).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"NamedUser({self._name!r})"
+
+    @property
+    def is_authenticated(self) -> bool:
+        return bool(self._name)
+
+    @property
+    def user_name(self) -> str:
+        return self._name
+
+
+__all__ = ["NamedUser", "OwnerResolver", "resolve_owner"]

@@ -23,7 +23,7 @@ from celery import Celery
 from starlette.requests import Request
 
 from queuestore import Artifact, Settings, TaskContext, job
-from queuestore.a2a import A2AServer, agent_card
+from queuestore.a2a import A2AServer, NamedUser, agent_card
 
 settings = Settings()
 app = settings.configure(Celery("a2a-tests"))
@@ -68,26 +68,11 @@ def agent(ctx: TaskContext, text: str) -> object:
     return {"echoed": argument}
 
 
-class HeaderUser(User):
-    """The caller named by the ``X-User`` header; anonymous without it."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def is_authenticated(self) -> bool:
-        return bool(self._name)
-
-    @property
-    def user_name(self) -> str:
-        return self._name
-
-
 class HeaderContextBuilder(DefaultServerCallContextBuilder):
     """Test-only authentication: the user is whatever ``X-User`` says."""
 
     def build_user(self, request: Request) -> User:
-        return HeaderUser(request.headers.get("x-user", ""))
+        return NamedUser(request.headers.get("x-user", ""))
 
 
 def build(port: int) -> A2AServer:

@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
-from a2a.auth.user import User
 from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.server.context import ServerCallContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 from harness import Deployment, LoggedProcess, free_port, port_open, wait_for
+
+from queuestore.a2a import NamedUser
 
 HERE = Path(__file__).resolve().parent
 APP = HERE / "a2a_app.py"
@@ -109,21 +110,6 @@ async def a2a_client(
             yield client
         finally:
             await client.close()
-
-
-class NamedUser(User):
-    """An authenticated user with a name, for in-process call contexts."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def is_authenticated(self) -> bool:
-        return bool(self._name)
-
-    @property
-    def user_name(self) -> str:
-        return self._name
 
 
 def call_context(user: str = "alice", tenant: str = "") -> ServerCallContext:
