@@ -148,6 +148,14 @@ class LoggedProcess:
         if self.alive():
             self.process.wait(timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP the whole process group: a long GC pause, a frozen VM."""
+        self._signal_group(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the process group after :meth:`freeze`."""
+        self._signal_group(signal.SIGCONT)
+
     def _signal_group(self, signum: int) -> None:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
@@ -302,6 +310,7 @@ class Deployment:
     def close(self) -> None:
         """Stop every process we started, drop our queue from a shared broker, close pools."""
         for process in self.processes:
+            process.thaw()  # a frozen process would sit out its SIGTERM
             process.stop()
         self.processes.clear()
         if self._queue is None:

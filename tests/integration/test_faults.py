@@ -9,7 +9,7 @@ PostgreSQL cluster of the module's own (``initdb`` + ``pg_ctl``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from harness import (
     wait_for,
 )
 
-from queuestore import TERMINAL, TaskStatus
+from queuestore import TERMINAL, Task, TaskStatus
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +87,62 @@ def test_a_job_whose_worker_dies_on_its_last_attempt_fails_with_worker_lost(
     assert done.error.type == "WorkerLost"
     assert done.attempt == 1
     assert stack.events_of(task.id) == ["1 start"]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_worker_frozen_past_its_lease_cannot_change_the_task_another_worker_took(
+    deployment: DeploymentFactory, tmp_path: Path
+) -> None:
+    """SIGSTOP a worker mid-job (a long GC pause, a frozen VM) until its task is reclaimed.
+
+    Once resumed, the frozen run's job returns and its outcome (with its
+    progress) is written fenced by a lease it no longer holds: refused. The
+    second run's progress stays, and its result is the one the task keeps.
+    """
+    stack = deployment("redis", "postgres")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    first_worker = stack.start_worker(concurrency=1)
+    task = stack.queue.submit("tests.gated", {"gates": str(gates)})
+
+    def at_gate(attempt: int) -> Callable[[], Task | None]:
+        def reached() -> Task | None:
+            current = stack.queue.store.get(task.id)
+            waiting = current.attempt == attempt and current.progress == 0.5
+            return current if waiting and current.worker_id is not None else None
+
+        return reached
+
+    first = wait_for(at_gate(1), timeout=30, what="run 1 at its gate", logs=stack.processes)
+    first_worker.freeze()
+    try:
+        stack.start_worker(concurrency=1, beat=True)  # its beat reaps, it runs the retry
+        second = wait_for(at_gate(2), timeout=60, what="run 2 at its gate", logs=stack.processes)
+        (gates / "1").touch()
+    finally:
+        first_worker.thaw()
+
+    def first_run_over() -> Task | None:
+        current = stack.queue.store.get(task.id)
+        dropped = any(
+            task.id in line and "outcome dropped" in line
+            for line in first_worker.text().splitlines()
+        )
+        return current if dropped or current.worker_id != second.worker_id else None
+
+    held = wait_for(first_run_over, timeout=45, what="run 1's outcome", logs=stack.processes)
+    assert stack.events_of(task.id) == ["1 start", "2 start", "1 end"]
+    assert held.status is TaskStatus.WORKING
+    assert held.worker_id == second.worker_id != first.worker_id
+    assert (held.attempt, held.progress, held.status_message) == (2, 0.5, "run 2 at its gate")
+    assert held.result is None
+
+    (gates / "2").touch()
+    done = stack.wait_status(task.id, *TERMINAL)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert done.result == {"attempt": 2}
+    assert stack.events_of(task.id) == ["1 start", "2 start", "1 end", "2 end"]
 
 
 def test_the_reaper_retries_a_task_killed_on_the_embedded_broker(
