@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from celery import Celery
@@ -32,6 +32,8 @@ from queuestore import (
 )
 from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 from queuestore.worker import Job, execute
+
+T = TypeVar("T")
 
 
 class Published:
@@ -78,6 +80,14 @@ def register(app: Celery, function: Any, name: str = "test.job") -> Job:
     return job(app, name=name)(function)
 
 
+def eventually(condition: Callable[[], T], timeout: float = 5.0) -> T:
+    """Poll ``condition`` until it returns something truthy, or return its last value."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
 def test_a_run_completes_with_result_progress_and_streamed_artifacts(
     app: Celery, queue: TaskQueue, published: Published
 ) -> None:
@@ -96,7 +106,12 @@ def test_a_run_completes_with_result_progress_and_streamed_artifacts(
             "task_id": task.id,
             "countdown": None,
             "retry": True,
-            "retry_policy": published.messages[0]["retry_policy"],
+            "retry_policy": {
+                "max_retries": 2,
+                "interval_start": 0,
+                "interval_step": 0.2,
+                "interval_max": 0.5,
+            },
         }
     ]
 
@@ -288,31 +303,34 @@ def test_the_heartbeat_tells_a_running_job_about_a_cancel(app: Celery, queue: Ta
 
 
 def test_the_heartbeat_keeps_the_lease_of_a_long_job_alive(app: Celery, queue: TaskQueue) -> None:
-    seen: list[datetime] = []
+    seen: list[datetime | None] = []
 
     def call(ctx: TaskContext) -> None:
-        deadline = time.monotonic() + 10
-        while len(seen) < 2 and time.monotonic() < deadline:
-            lease = queue.store.get(ctx.task_id).lease_expires_at
-            assert lease is not None
-            if not seen or lease > seen[-1]:
-                seen.append(lease)
-            time.sleep(0.02)
+        seen.append(queue.store.get(ctx.task_id).lease_expires_at)
+        seen.append(eventually(lambda: renewed(queue.store.get(ctx.task_id).lease_expires_at)))
+
+    def renewed(lease: datetime | None) -> datetime | None:
+        return lease if lease is not None and seen[0] is not None and lease > seen[0] else None
 
     task = queue.submit("test.job")
-    execute(queue, register(app, call), task.id)
-    assert len(seen) == 2
+    done = execute(queue, register(app, call), task.id)
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED, done.error
+    first, later = seen
+    assert first is not None
+    assert later is not None
+    assert later > first
 
 
 def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
     app: Celery, queue: TaskQueue, published: Published
 ) -> None:
     outcome: list[str] = []
+    reaped: list[str] = []
 
     def call(ctx: TaskContext) -> None:
         later = datetime.now(UTC) + timedelta(minutes=5)
-        reaped = queue.store.reap(later, max_attempts=3)
-        assert [t.id for t in reaped] == [ctx.task_id]
+        reaped.extend(t.id for t in queue.store.reap(later, max_attempts=3))
         try:
             ctx.progress(0.9)
             ctx.flush()
@@ -323,6 +341,7 @@ def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
     task = queue.submit("test.job")
     registered = register(app, call)
     execute(queue, registered, task.id)
+    assert reaped == [task.id]
     assert outcome == ["JobCancelled"]
     stored = queue.store.get(task.id)
     assert stored.status is TaskStatus.WORKING
@@ -379,8 +398,7 @@ def test_the_reaper_republishes_retries_with_a_backoff(
 ) -> None:
     task = queue.submit("test.job")
     queue.store.claim(task.id, "dead-worker", timedelta(milliseconds=1))
-    time.sleep(0.01)
-    reaped = queue.reap()
+    reaped = eventually(queue.reap)  # the store's clock passes the lease within moments
     assert [t.id for t in reaped] == [task.id]
     assert published.messages[-1]["task_id"] == task.id
     assert published.messages[-1]["countdown"] == 2.0
@@ -438,16 +456,26 @@ def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: T
 
 
 def test_the_janitor_task_removes_only_expired_terminal_tasks(
-    app: Celery, queue: TaskQueue
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    old = queue.store.create("test.job", ttl=timedelta(0))
-    queue.store.cancel(old.id)
-    kept = queue.store.create("test.job")
-    queue.store.cancel(kept.id)
-    live = queue.store.create("test.job")
+    store = queue.store
+    clock = [datetime.now(UTC) - timedelta(hours=2)]
+    monkeypatch.setattr(store, "_now", lambda: clock[0])
+    # Two hours old and past their own ttl: only their status keeps them.
+    live = [store.create("test.job", ttl=timedelta(0)) for _ in range(3)]
+    store.claim(live[1].id, "w1", timedelta(days=1))
+    store.claim(live[2].id, "w1", timedelta(days=1))
+    store.update(live[2].id, status="input_required", worker_id="w1")
+    clock[0] += timedelta(hours=2)
+    old = store.create("test.job", ttl=timedelta(0))
+    store.cancel(old.id)
+    kept = store.create("test.job")
+    store.cancel(kept.id)
+
     removed = app.tasks[JANITOR_TASK](ttl_seconds=3600)
+
     assert removed == 1
-    assert {t.id for t in queue.store.list().tasks} == {kept.id, live.id}
+    assert {t.id for t in store.list().tasks} == {kept.id, *(t.id for t in live)}
 
 
 def test_a_queue_is_found_by_its_app_and_a_missing_one_is_explained(queue: TaskQueue) -> None:
@@ -638,22 +666,26 @@ def test_appended_parts_that_outgrow_the_limit_fail_the_task_with_invalid_task_d
 def test_reports_survive_a_store_outage_during_a_heartbeat_write(
     app: Celery, queue: TaskQueue, reports: CountedReports
 ) -> None:
+    seen: list[Any] = []
+
     def call(ctx: TaskContext) -> str:
         reports.unavailable = 1
         ctx.add_artifact(Artifact(artifact_id="out", parts=["kept"]))
-        deadline = time.monotonic() + 5
-        while reports.unavailable and time.monotonic() < deadline:
-            time.sleep(0.01)  # the heartbeat's write fails once, then...
-        while not queue.store.get(ctx.task_id).artifacts and time.monotonic() < deadline:
-            time.sleep(0.01)  # ...the next one carries the artifact
+        # The heartbeat's write fails once, then the next one carries the artifact.
+        seen.append(eventually(lambda: reports.unavailable == 0))
+        seen.append(
+            eventually(lambda: [a.artifact_id for a in queue.store.get(ctx.task_id).artifacts])
+        )
         ctx.add_artifact(Artifact(artifact_id="out2", parts=["also"]))
         return "ok"
 
     queue.report_interval = timedelta(milliseconds=20)
     task = queue.submit("test.job")
     done = execute(queue, register(app, call), task.id)
+    assert seen == [True, ["out"]]
     assert done is not None
     assert [a.artifact_id for a in done.artifacts] == ["out", "out2"]
+    assert [call.get("status") for call in reports.calls] == [None, TaskStatus.COMPLETED]
 
 
 def test_report_interval_must_be_shorter_than_the_lease(app: Celery) -> None:
