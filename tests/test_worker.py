@@ -8,6 +8,9 @@ own; tests/integration runs the same flow through real worker processes.
 from __future__ import annotations
 
 import logging
+import os
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from queuestore import (
@@ -31,7 +35,7 @@ from queuestore import (
     job,
 )
 from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
-from queuestore.worker import Job, execute
+from queuestore.worker import Job, execute, new_worker_id
 
 T = TypeVar("T")
 
@@ -758,3 +762,150 @@ def test_celerys_revoke_bookkeeping_warning_is_dropped_only_for_a_disabled_backe
         control.warning("Terminating %s (%s)", "t3", 10)
 
     assert [record.args[0] for record in caplog.records] == ["t2", "t3"]  # type: ignore[index]
+
+
+# -- the Celery task a job registers ------------------------------------------
+
+
+def test_a_job_registers_a_late_acked_celery_task_of_this_app_only(app: Celery) -> None:
+    def noop(ctx: TaskContext) -> None:
+        return None
+
+    registered = register(app, noop, name="test.registered")
+
+    task = registered.celery_task
+    assert "test.registered" in app.tasks
+    assert (task.name, task.acks_late, task.ignore_result) == ("test.registered", True, True)
+    other = Celery("other", broker="memory://", set_as_current=False)
+    assert "test.registered" not in other.tasks
+
+
+def test_the_celery_task_runs_the_job_on_the_stored_task(app: Celery, queue: TaskQueue) -> None:
+    def double(ctx: TaskContext, n: int) -> dict[str, int]:
+        return {"twice": n * 2}
+
+    registered = register(app, double)
+    task = queue.submit("test.job", {"n": 21})
+
+    registered.celery_task.apply(args=(task.id,), throw=True)
+
+    done = queue.store.get(task.id)
+    assert (done.status, done.result) == (TaskStatus.COMPLETED, {"twice": 42})
+
+
+@pytest.mark.parametrize(("retries", "countdown"), [(0, 1.0), (3, 8.0), (10, 60.0)])
+def test_a_store_outage_at_the_claim_retries_the_message_with_a_backoff(
+    app: Celery,
+    queue: TaskQueue,
+    monkeypatch: pytest.MonkeyPatch,
+    retries: int,
+    countdown: float,
+) -> None:
+    def never(ctx: TaskContext) -> str:
+        return "never run"
+
+    registered = register(app, never)
+    task = queue.submit("test.job")
+    outage = StoreUnavailable("database restarting")
+
+    def claim(*args: Any) -> None:
+        raise outage
+
+    asked: list[dict[str, Any]] = []
+
+    def retry(**options: Any) -> Exception:
+        asked.append(options)
+        return RuntimeError("retry requested")
+
+    monkeypatch.setattr(queue.store, "claim", claim)
+    monkeypatch.setattr(registered.celery_task, "retry", retry)
+
+    with pytest.raises(RuntimeError, match="retry requested"):
+        registered.celery_task.apply(args=(task.id,), retries=retries, throw=True)
+    assert asked == [{"exc": outage, "countdown": countdown, "max_retries": None}]
+
+
+def test_a_worker_id_names_the_host_and_process_of_the_run() -> None:
+    assert re.fullmatch(
+        rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{8}}", new_worker_id()
+    )
+
+
+def test_a_soft_time_limit_fails_the_task_unless_it_was_taken_from_the_run(
+    app: Celery, queue: TaskQueue
+) -> None:
+    def call(ctx: TaskContext, take: str) -> None:
+        if take == "cancel":
+            queue.store.cancel(ctx.task_id)
+        if take == "delete":
+            queue.store.delete(ctx.task_id)
+        raise SoftTimeLimitExceeded()
+
+    registered = register(app, call)
+    ran_out = queue.submit("test.job", {"take": "nothing"})
+    cancelled = queue.submit("test.job", {"take": "cancel"})
+    deleted = queue.submit("test.job", {"take": "delete"})
+
+    failed = execute(queue, registered, ran_out.id)
+    assert failed is not None
+    assert failed.status is TaskStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.type == "billiard.exceptions.SoftTimeLimitExceeded"
+    left = execute(queue, registered, cancelled.id)
+    assert left is not None
+    assert left.status is TaskStatus.WORKING  # as the run last saw it: nothing written
+    assert queue.store.get(cancelled.id).status is TaskStatus.CANCELLED
+    assert execute(queue, registered, deleted.id) is not None
+
+
+def test_a_failure_message_is_stored_without_nul_and_at_most_10000_characters(
+    app: Celery, queue: TaskQueue
+) -> None:
+    texts = {"nul": "a\x00b", "long": "x" * 10_001}
+
+    def call(ctx: TaskContext, text: str) -> None:
+        raise ValueError(texts[text])
+
+    registered = register(app, call)
+    messages = []
+    for text in texts:
+        done = execute(queue, registered, queue.submit("test.job", {"text": text}).id)
+        assert done is not None
+        assert done.error is not None
+        messages.append(done.error.message)
+    assert messages == ["a\ufffdb", "x" * 10_000]
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_batch_the_heartbeat_could_not_write_fails_a_job_that_then_returns(
+    app: Celery, published: Published, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    queue = TaskQueue(
+        InMemoryTaskStore(max_payload_bytes=2000),
+        app,
+        heartbeat_interval=timedelta(seconds=0.05),
+        report_interval=timedelta(milliseconds=20),
+    )
+    reports = CountedReports(queue, monkeypatch)
+
+    def call(ctx: TaskContext) -> str:
+        for _ in range(3):
+            ctx.add_artifact(Artifact(artifact_id="big", parts=["x" * 900]), append=True)
+        assert eventually(lambda: reports.calls)  # the heartbeat tried, and was refused
+        if ending == "raises":
+            raise RuntimeError("the job's own failure")
+        return "never stored"
+
+    task = queue.submit("test.job")
+    done = execute(queue, register(app, call), task.id)
+
+    assert done is not None
+    assert done.status is TaskStatus.FAILED
+    assert done.error is not None
+    if ending == "raises":
+        assert (done.error.type, done.error.message) == ("RuntimeError", "the job's own failure")
+    else:
+        assert done.error.type == "InvalidTaskData"
+        assert "artifact" in done.error.message
+    assert done.result is None
+    assert done.artifacts == []

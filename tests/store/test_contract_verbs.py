@@ -477,3 +477,10 @@ def test_mark_dispatched_many_refuses_bad_pairs_and_marks_nothing(store: TaskSto
     with pytest.raises(InvalidTaskData):
         store.mark_dispatched_many([(task.id, task.version), (task.id, 0)])
     assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+
+
+def test_cancel_without_a_reason_keeps_the_status_message(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+    store.update(task.id, status_message="half way")
+
+    assert store.cancel(task.id).status_message == "half way"

@@ -1,0 +1,110 @@
+"""A refused write says why: the error's type, the task, and what the write expected."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from queuestore import (
+    UNSET,
+    Artifact,
+    InvalidTransition,
+    LeaseLost,
+    TaskConflict,
+    TaskStatus,
+    TaskStore,
+)
+from queuestore.models import sources_of
+
+from .support import reach
+
+
+def test_unset_reads_as_the_public_name() -> None:
+    assert repr(UNSET) == "queuestore.UNSET"
+
+
+def test_a_write_to_a_finished_task_names_the_statuses_it_needed(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.COMPLETED)
+
+    with pytest.raises(InvalidTransition) as refused:
+        store.cancel(task.id)
+
+    error = refused.value
+    assert (error.task_id, error.current, error.requested) == (task.id, "completed", "cancelled")
+    assert error.allowed_from == tuple(sorted(sources_of(TaskStatus.CANCELLED)))
+
+
+def test_a_stale_version_names_both_versions(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+    store.update(task.id, progress=0.1)
+
+    with pytest.raises(TaskConflict) as refused:
+        store.update(task.id, progress=0.2, expected_version=task.version)
+
+    error = refused.value
+    assert str(error) == f"task {task.id!r} is at version {task.version + 1}, not {task.version}"
+    assert (error.task_id, error.expected_version, error.actual_version) == (
+        task.id,
+        task.version,
+        task.version + 1,
+    )
+
+
+def test_a_write_fenced_to_another_worker_names_the_holder(store: TaskStore) -> None:
+    task = store.create("x.y")
+    store.claim(task.id, "w1", timedelta(minutes=1))
+
+    with pytest.raises(LeaseLost) as refused:
+        store.update(task.id, progress=0.2, worker_id="w2")
+
+    assert refused.value.task_id == task.id
+    assert str(refused.value) == f"task {task.id!r} is held by 'w1', not 'w2'"
+
+
+@pytest.mark.parametrize("verb", ["update", "add_artifact"])
+def test_a_write_that_loses_every_race_gives_up_with_a_conflict(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    """Every try is refused though the row matches when looked at: others keep winning."""
+    task = reach(store, TaskStatus.WORKING)
+    tries: list[Any] = []
+    monkeypatch.setattr(store, "_write", lambda task_id, write: tries.append(write))
+    write = {
+        "update": lambda: store.update(task.id, progress=0.5),
+        "add_artifact": lambda: store.add_artifact(task.id, Artifact(artifact_id="a")),
+    }[verb]
+
+    with pytest.raises(TaskConflict) as refused:
+        write()
+
+    assert refused.value.task_id == task.id
+    assert str(refused.value) == f"task {task.id!r} kept changing under a write"
+    assert len(tries) == 50
+
+
+def test_a_current_known_copy_spares_the_read(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = store.create("x.y")
+    fetched: list[str] = []
+    fetch = store._fetch
+    monkeypatch.setattr(
+        store, "_fetch", lambda task_id, scope: fetched.append(task_id) or fetch(task_id, scope)
+    )
+
+    written = store.add_artifact(task.id, Artifact(artifact_id="a"), known=task)
+
+    assert fetched == []
+    assert [a.artifact_id for a in written.artifacts] == ["a"]
+
+
+def test_a_known_copy_of_another_task_is_not_merged_into_this_one(store: TaskStore) -> None:
+    task = store.add_artifact(store.create("x.y").id, Artifact(artifact_id="mine"))
+    other = store.add_artifact(store.create("x.y").id, Artifact(artifact_id="theirs"))
+    assert other.version == task.version
+
+    written = store.add_artifact(task.id, Artifact(artifact_id="new"), known=other)
+
+    assert [a.artifact_id for a in written.artifacts] == ["mine", "new"]
