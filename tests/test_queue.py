@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from kombu.exceptions import OperationalError
 from test_worker import Published, eventually
 
 from queuestore import InMemoryTaskStore, StoreUnavailable, TaskNotFound, TaskQueue, TaskStatus
@@ -221,3 +222,56 @@ def test_the_janitor_task_deletes_in_its_batch_size(
 
     assert app.tasks[JANITOR_TASK](ttl_seconds=3600, **options) == 2
     assert batches == ([1000] if batch_size is None else [1, 1, 1])
+
+
+def test_a_queue_is_found_only_for_its_app_and_the_error_says_where_to_make_it() -> None:
+    with pytest.raises(RuntimeError) as missing:
+        TaskQueue.of(Celery("nowhere", set_as_current=False))
+    assert str(missing.value) == (
+        "no TaskQueue for this Celery app: create TaskQueue(store, app) "
+        "in the module the worker loads"
+    )
+
+
+def test_cancel_revokes_the_job_and_survives_a_broker_outage(
+    app: Celery, published: Published, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = TaskQueue(InMemoryTaskStore(), app, terminate_on_cancel=False)
+    first, second = queue.submit("test.job"), queue.submit("test.job")
+
+    queue.cancel(first.id)
+    assert published.revoked == [(first.id, {})]
+
+    def down(*args: Any, **options: Any) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(app.control, "revoke", down)
+    assert queue.cancel(second.id).status is TaskStatus.CANCELLED
+
+
+def test_install_beat_schedule_names_each_task_and_its_interval(
+    app: Celery, queue: TaskQueue
+) -> None:
+    queue.install_beat_schedule(
+        janitor_interval=timedelta(seconds=30),
+        reaper_interval=timedelta(seconds=5),
+        dispatch_interval=timedelta(seconds=7),
+    )
+
+    entries = app.conf.beat_schedule
+    assert [(entries[name]["task"], entries[name]["schedule"]) for name in entries] == [
+        (JANITOR_TASK, timedelta(seconds=30)),
+        (REAPER_TASK, timedelta(seconds=5)),
+        (DISPATCHER_TASK, timedelta(seconds=7)),
+    ]
+
+
+def test_the_sweep_publishes_500_tasks_by_default(queue: TaskQueue, published: Published) -> None:
+    published.broker_down = True
+    for _ in range(501):
+        queue.submit("test.job")
+    published.broker_down = False
+    queue.dispatch_grace = timedelta(0)
+
+    assert eventually(queue.sweep) == 500
+    assert queue.sweep() == 1

@@ -34,7 +34,7 @@ from queuestore import (
     TaskStatus,
     job,
 )
-from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.queue import _REVOKE_FILTER, DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 from queuestore.worker import Job, execute, new_worker_id
 
 T = TypeVar("T")
@@ -762,6 +762,10 @@ def test_celerys_revoke_bookkeeping_warning_is_dropped_only_for_a_disabled_backe
         control.warning("Terminating %s (%s)", "t3", 10)
 
     assert [record.args[0] for record in caplog.records] == ["t2", "t3"]  # type: ignore[index]
+    # A record whose args are a mapping is passed on untouched, not misread.
+    mapping = logging.LogRecord("celery.worker.control", logging.WARNING, "", 0, message, (), None)
+    mapping.args = {"task": "t4", "error": NotImplementedError()}
+    assert _REVOKE_FILTER.filter(mapping)
 
 
 # -- the Celery task a job registers ------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from queuestore import (
+    ANY,
     UNSET,
     Artifact,
     InvalidTransition,
@@ -108,3 +109,7 @@ def test_a_known_copy_of_another_task_is_not_merged_into_this_one(store: TaskSto
     written = store.add_artifact(task.id, Artifact(artifact_id="new"), known=other)
 
     assert [a.artifact_id for a in written.artifacts] == ["mine", "new"]
+
+
+def test_any_owner_reads_as_the_public_name() -> None:
+    assert repr(ANY) == "queuestore.ANY"
