@@ -6,16 +6,26 @@ tests/test_worker.py for the run side).
 
 from __future__ import annotations
 
+import gc
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from celery import Celery
+from celery.signals import worker_process_init
 from kombu.exceptions import OperationalError
 from test_worker import Published, eventually
 
-from queuestore import InMemoryTaskStore, StoreUnavailable, TaskNotFound, TaskQueue, TaskStatus
+from queuestore import (
+    BrokerUnavailable,
+    InMemoryTaskStore,
+    StoreUnavailable,
+    TaskNotFound,
+    TaskQueue,
+    TaskStatus,
+)
 from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 
 
@@ -52,18 +62,22 @@ def test_the_defaults_are_the_documented_ones(app: Celery) -> None:
     )
 
 
+HEARTBEAT_TOO_LONG = "heartbeat_interval must be shorter than the lease"
+REPORT_OUT_OF_RANGE = "report_interval must be zero or more, and shorter than the lease"
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"heartbeat_interval": timedelta(seconds=5)}, "heartbeat_interval must be shorter"),
-        ({"report_interval": timedelta(seconds=5)}, "report_interval must be zero or more"),
-        ({"report_interval": -timedelta(seconds=1)}, "report_interval must be zero or more"),
+        ({"heartbeat_interval": timedelta(seconds=5)}, HEARTBEAT_TOO_LONG),
+        ({"report_interval": timedelta(seconds=5)}, REPORT_OUT_OF_RANGE),
+        ({"report_interval": -timedelta(seconds=1)}, REPORT_OUT_OF_RANGE),
     ],
 )
 def test_intervals_must_fit_in_the_lease(
     app: Celery, options: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         TaskQueue(InMemoryTaskStore(), app, lease=timedelta(seconds=5), **options)
 
 
@@ -275,3 +289,35 @@ def test_the_sweep_publishes_500_tasks_by_default(queue: TaskQueue, published: P
 
     assert eventually(queue.sweep) == 500
     assert queue.sweep() == 1
+
+
+def test_the_beat_tasks_ignore_results_and_belong_to_this_app(
+    app: Celery, queue: TaskQueue
+) -> None:
+    other = Celery("other", broker="memory://", set_as_current=False)
+    for name in (JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK):
+        assert app.tasks[name].ignore_result is True
+        assert name not in other.tasks
+
+
+def test_a_forked_pool_process_drops_the_stores_inherited_connections(
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forks: list[str] = []
+    monkeypatch.setattr(queue.store, "after_fork", lambda: forks.append("after_fork"))
+    gc.collect()  # the handler must outlive the call that connected it
+
+    worker_process_init.send(sender=None)
+
+    assert forks == ["after_fork"]
+
+
+def test_a_publish_the_broker_refuses_names_the_task(
+    queue: TaskQueue, published: Published
+) -> None:
+    published.broker_down = True
+    task = queue.store.create("test.job")
+
+    with pytest.raises(BrokerUnavailable) as refused:
+        queue.publish(task)
+    assert str(refused.value) == f"could not publish task {task.id}: connection refused"

@@ -11,9 +11,11 @@ from queuestore import (
     ANY,
     UNSET,
     Artifact,
+    InvalidTaskData,
     InvalidTransition,
     LeaseLost,
     TaskConflict,
+    TaskNotFound,
     TaskStatus,
     TaskStore,
 )
@@ -113,3 +115,17 @@ def test_a_known_copy_of_another_task_is_not_merged_into_this_one(store: TaskSto
 
 def test_any_owner_reads_as_the_public_name() -> None:
     assert repr(ANY) == "queuestore.ANY"
+
+
+def test_cleanup_needs_a_ttl(store: TaskStore) -> None:
+    with pytest.raises(InvalidTaskData) as refused:
+        store.cleanup(None)  # type: ignore[arg-type]
+    assert str(refused.value) == "ttl: is required: how long finished tasks are kept"
+
+
+def test_waiting_on_someone_elses_finished_task_finds_nothing(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.COMPLETED, owner="alice")
+
+    with pytest.raises(TaskNotFound):
+        store.wait(task.id, timeout=5, owner="bob")
+    assert store.wait(task.id, timeout=5, owner="alice") == task
