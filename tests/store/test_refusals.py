@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -20,8 +23,9 @@ from queuestore import (
     TaskStore,
 )
 from queuestore.models import sources_of
+from queuestore.store.base import Listener
 
-from .support import reach
+from .support import StoreFactory, reach
 
 
 def test_unset_reads_as_the_public_name() -> None:
@@ -129,3 +133,36 @@ def test_waiting_on_someone_elses_finished_task_finds_nothing(store: TaskStore) 
     with pytest.raises(TaskNotFound):
         store.wait(task.id, timeout=5, owner="bob")
     assert store.wait(task.id, timeout=5, owner="alice") == task
+
+
+def test_a_store_that_requires_owners_says_so(make_store: StoreFactory) -> None:
+    with pytest.raises(InvalidTaskData) as refused:
+        make_store(require_owner=True).create("x.y")
+    assert str(refused.value) == "owner: is required by this store"
+
+
+def test_wait_returns_a_change_made_while_it_waits_well_before_its_timeout(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = reach(store, TaskStatus.WORKING)
+    listening = threading.Event()
+    subscribe = store.subscribe
+
+    @contextmanager
+    def announced() -> Iterator[Listener]:
+        with subscribe() as listen:
+            listening.set()
+            yield listen
+
+    monkeypatch.setattr(store, "subscribe", announced)
+    finisher = threading.Thread(
+        target=lambda: listening.wait(5) and store.update(task.id, status="completed")
+    )
+    finisher.start()
+    try:
+        # Well under a second: a wait that gave up early would return the live task.
+        finished = store.wait(task.id, timeout=0.9)
+    finally:
+        finisher.join()
+
+    assert finished.status is TaskStatus.COMPLETED
