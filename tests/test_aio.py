@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -10,11 +13,24 @@ from celery import Celery
 
 from queuestore import Artifact, InMemoryTaskStore, InvalidTransition, TaskNotFound, TaskQueue
 from queuestore.aio import AsyncTaskQueue, AsyncTaskStore
+from queuestore.store.base import Listener
 
 
 def test_async_store_speaks_every_verb_with_the_same_rules() -> None:
+    inner = InMemoryTaskStore()
+    subscribed = threading.Event()
+    subscribe = inner.subscribe
+
+    @contextmanager
+    def announced() -> Iterator[Listener]:
+        with subscribe() as listen:
+            subscribed.set()
+            yield listen
+
+    inner.subscribe = announced  # type: ignore[method-assign]
+
     async def scenario() -> None:
-        store = AsyncTaskStore(InMemoryTaskStore())
+        store = AsyncTaskStore(inner)
         task = await store.create("a.job", {"n": 1}, owner="alice", ttl=timedelta(0))
         assert (await store.get(task.id, owner="alice")).input == {"n": 1}
         with pytest.raises(TaskNotFound):
@@ -24,7 +40,7 @@ def test_async_store_speaks_every_verb_with_the_same_rules() -> None:
         page = await store.list(owner="alice", status=["working"])
         assert [t.id for t in page.tasks] == [task.id]
         waiting = asyncio.create_task(store.wait(task.id, timeout=5))
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(subscribed.wait, 5)  # wait listens: the cancel wakes it
         await store.cancel(task.id, reason="stop")
         assert (await waiting).status == "cancelled"
         with pytest.raises(InvalidTransition):

@@ -8,14 +8,18 @@ own; tests/integration runs the same flow through real worker processes.
 from __future__ import annotations
 
 import logging
+import os
+import re
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from queuestore import (
@@ -24,13 +28,16 @@ from queuestore import (
     InvalidTaskData,
     InvalidTransition,
     StoreUnavailable,
+    Task,
     TaskContext,
     TaskQueue,
     TaskStatus,
     job,
 )
-from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
-from queuestore.worker import Job, execute
+from queuestore.queue import _REVOKE_FILTER, DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.worker import Job, execute, new_worker_id
+
+T = TypeVar("T")
 
 
 class Published:
@@ -77,6 +84,14 @@ def register(app: Celery, function: Any, name: str = "test.job") -> Job:
     return job(app, name=name)(function)
 
 
+def eventually(condition: Callable[[], T], timeout: float = 5.0) -> T:
+    """Poll ``condition`` until it returns something truthy, or return its last value."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
 def test_a_run_completes_with_result_progress_and_streamed_artifacts(
     app: Celery, queue: TaskQueue, published: Published
 ) -> None:
@@ -95,7 +110,12 @@ def test_a_run_completes_with_result_progress_and_streamed_artifacts(
             "task_id": task.id,
             "countdown": None,
             "retry": True,
-            "retry_policy": published.messages[0]["retry_policy"],
+            "retry_policy": {
+                "max_retries": 2,
+                "interval_start": 0,
+                "interval_step": 0.2,
+                "interval_max": 0.5,
+            },
         }
     ]
 
@@ -287,31 +307,34 @@ def test_the_heartbeat_tells_a_running_job_about_a_cancel(app: Celery, queue: Ta
 
 
 def test_the_heartbeat_keeps_the_lease_of_a_long_job_alive(app: Celery, queue: TaskQueue) -> None:
-    seen: list[datetime] = []
+    seen: list[datetime | None] = []
 
     def call(ctx: TaskContext) -> None:
-        deadline = time.monotonic() + 10
-        while len(seen) < 2 and time.monotonic() < deadline:
-            lease = queue.store.get(ctx.task_id).lease_expires_at
-            assert lease is not None
-            if not seen or lease > seen[-1]:
-                seen.append(lease)
-            time.sleep(0.02)
+        seen.append(queue.store.get(ctx.task_id).lease_expires_at)
+        seen.append(eventually(lambda: renewed(queue.store.get(ctx.task_id).lease_expires_at)))
+
+    def renewed(lease: datetime | None) -> datetime | None:
+        return lease if lease is not None and seen[0] is not None and lease > seen[0] else None
 
     task = queue.submit("test.job")
-    execute(queue, register(app, call), task.id)
-    assert len(seen) == 2
+    done = execute(queue, register(app, call), task.id)
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED, done.error
+    first, later = seen
+    assert first is not None
+    assert later is not None
+    assert later > first
 
 
 def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
     app: Celery, queue: TaskQueue, published: Published
 ) -> None:
     outcome: list[str] = []
+    reaped: list[str] = []
 
     def call(ctx: TaskContext) -> None:
         later = datetime.now(UTC) + timedelta(minutes=5)
-        reaped = queue.store.reap(later, max_attempts=3)
-        assert [t.id for t in reaped] == [ctx.task_id]
+        reaped.extend(t.id for t in queue.store.reap(later, max_attempts=3))
         try:
             ctx.progress(0.9)
             ctx.flush()
@@ -322,6 +345,7 @@ def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
     task = queue.submit("test.job")
     registered = register(app, call)
     execute(queue, registered, task.id)
+    assert reaped == [task.id]
     assert outcome == ["JobCancelled"]
     stored = queue.store.get(task.id)
     assert stored.status is TaskStatus.WORKING
@@ -329,13 +353,56 @@ def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
     assert queue.store.claim(task.id, "another-worker", timedelta(seconds=5)) is not None
 
 
+@pytest.mark.parametrize("ending", ["returns", "raises", "asks"])
+def test_a_run_whose_task_was_reaped_and_reclaimed_cannot_write_its_outcome(
+    app: Celery, queue: TaskQueue, ending: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run frozen past its lease (a GC pause) wakes up to find the task is another run's."""
+    second: list[Task] = []
+
+    def call(ctx: TaskContext) -> str:
+        ctx.progress(0.9, "stale run")
+        ctx.add_artifact(Artifact(artifact_id="log", parts=["stale"]), append=True)
+        later = datetime.now(UTC) + timedelta(minutes=5)
+        queue.store.reap(later, max_attempts=3)
+        taken = queue.store.claim(ctx.task_id, "second-run", timedelta(minutes=1))
+        assert taken is not None
+        second.append(
+            queue.store.report(
+                ctx.task_id,
+                "second-run",
+                known=taken,
+                artifacts=[(Artifact(artifact_id="log", parts=["second"]), False)],
+                progress=0.2,
+                status_message="second run",
+            )
+        )
+        if ending == "raises":
+            raise RuntimeError("stale failure")
+        if ending == "asks":
+            ctx.request_input("stale question?")
+        return "stale result"
+
+    task = queue.submit("test.job")
+    with caplog.at_level(logging.INFO, logger="queuestore.worker"):
+        left = execute(queue, register(app, call), task.id)
+
+    assert left is None
+    assert "outcome dropped" in caplog.text
+    (held,) = second
+    assert held.attempt == 2
+    assert queue.store.get(task.id) == held
+    done = queue.store.report(task.id, "second-run", known=held, status="completed", result="ok")
+    assert (done.status, done.result, done.progress) == (TaskStatus.COMPLETED, "ok", 0.2)
+    assert [(a.artifact_id, a.parts) for a in done.artifacts] == [("log", ["second"])]
+
+
 def test_the_reaper_republishes_retries_with_a_backoff(
     app: Celery, queue: TaskQueue, published: Published
 ) -> None:
     task = queue.submit("test.job")
     queue.store.claim(task.id, "dead-worker", timedelta(milliseconds=1))
-    time.sleep(0.01)
-    reaped = queue.reap()
+    reaped = eventually(queue.reap)  # the store's clock passes the lease within moments
     assert [t.id for t in reaped] == [task.id]
     assert published.messages[-1]["task_id"] == task.id
     assert published.messages[-1]["countdown"] == 2.0
@@ -393,16 +460,26 @@ def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: T
 
 
 def test_the_janitor_task_removes_only_expired_terminal_tasks(
-    app: Celery, queue: TaskQueue
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    old = queue.store.create("test.job", ttl=timedelta(0))
-    queue.store.cancel(old.id)
-    kept = queue.store.create("test.job")
-    queue.store.cancel(kept.id)
-    live = queue.store.create("test.job")
+    store = queue.store
+    clock = [datetime.now(UTC) - timedelta(hours=2)]
+    monkeypatch.setattr(store, "_now", lambda: clock[0])
+    # Two hours old and past their own ttl: only their status keeps them.
+    live = [store.create("test.job", ttl=timedelta(0)) for _ in range(3)]
+    store.claim(live[1].id, "w1", timedelta(days=1))
+    store.claim(live[2].id, "w1", timedelta(days=1))
+    store.update(live[2].id, status="input_required", worker_id="w1")
+    clock[0] += timedelta(hours=2)
+    old = store.create("test.job", ttl=timedelta(0))
+    store.cancel(old.id)
+    kept = store.create("test.job")
+    store.cancel(kept.id)
+
     removed = app.tasks[JANITOR_TASK](ttl_seconds=3600)
+
     assert removed == 1
-    assert {t.id for t in queue.store.list().tasks} == {kept.id, live.id}
+    assert {t.id for t in store.list().tasks} == {kept.id, *(t.id for t in live)}
 
 
 def test_a_queue_is_found_by_its_app_and_a_missing_one_is_explained(queue: TaskQueue) -> None:
@@ -593,22 +670,26 @@ def test_appended_parts_that_outgrow_the_limit_fail_the_task_with_invalid_task_d
 def test_reports_survive_a_store_outage_during_a_heartbeat_write(
     app: Celery, queue: TaskQueue, reports: CountedReports
 ) -> None:
+    seen: list[Any] = []
+
     def call(ctx: TaskContext) -> str:
         reports.unavailable = 1
         ctx.add_artifact(Artifact(artifact_id="out", parts=["kept"]))
-        deadline = time.monotonic() + 5
-        while reports.unavailable and time.monotonic() < deadline:
-            time.sleep(0.01)  # the heartbeat's write fails once, then...
-        while not queue.store.get(ctx.task_id).artifacts and time.monotonic() < deadline:
-            time.sleep(0.01)  # ...the next one carries the artifact
+        # The heartbeat's write fails once, then the next one carries the artifact.
+        seen.append(eventually(lambda: reports.unavailable == 0))
+        seen.append(
+            eventually(lambda: [a.artifact_id for a in queue.store.get(ctx.task_id).artifacts])
+        )
         ctx.add_artifact(Artifact(artifact_id="out2", parts=["also"]))
         return "ok"
 
     queue.report_interval = timedelta(milliseconds=20)
     task = queue.submit("test.job")
     done = execute(queue, register(app, call), task.id)
+    assert seen == [True, ["out"]]
     assert done is not None
     assert [a.artifact_id for a in done.artifacts] == ["out", "out2"]
+    assert [call.get("status") for call in reports.calls] == [None, TaskStatus.COMPLETED]
 
 
 def test_report_interval_must_be_shorter_than_the_lease(app: Celery) -> None:
@@ -681,3 +762,154 @@ def test_celerys_revoke_bookkeeping_warning_is_dropped_only_for_a_disabled_backe
         control.warning("Terminating %s (%s)", "t3", 10)
 
     assert [record.args[0] for record in caplog.records] == ["t2", "t3"]  # type: ignore[index]
+    # A record whose args are a mapping is passed on untouched, not misread.
+    mapping = logging.LogRecord("celery.worker.control", logging.WARNING, "", 0, message, (), None)
+    mapping.args = {"task": "t4", "error": NotImplementedError()}
+    assert _REVOKE_FILTER.filter(mapping)
+
+
+# -- the Celery task a job registers ------------------------------------------
+
+
+def test_a_job_registers_a_late_acked_celery_task_of_this_app_only(app: Celery) -> None:
+    def noop(ctx: TaskContext) -> None:
+        return None
+
+    registered = register(app, noop, name="test.registered")
+
+    task = registered.celery_task
+    assert "test.registered" in app.tasks
+    assert (task.name, task.acks_late, task.ignore_result) == ("test.registered", True, True)
+    other = Celery("other", broker="memory://", set_as_current=False)
+    assert "test.registered" not in other.tasks
+
+
+def test_the_celery_task_runs_the_job_on_the_stored_task(app: Celery, queue: TaskQueue) -> None:
+    def double(ctx: TaskContext, n: int) -> dict[str, int]:
+        return {"twice": n * 2}
+
+    registered = register(app, double)
+    task = queue.submit("test.job", {"n": 21})
+
+    registered.celery_task.apply(args=(task.id,), throw=True)
+
+    done = queue.store.get(task.id)
+    assert (done.status, done.result) == (TaskStatus.COMPLETED, {"twice": 42})
+
+
+@pytest.mark.parametrize(("retries", "countdown"), [(0, 1.0), (3, 8.0), (10, 60.0)])
+def test_a_store_outage_at_the_claim_retries_the_message_with_a_backoff(
+    app: Celery,
+    queue: TaskQueue,
+    monkeypatch: pytest.MonkeyPatch,
+    retries: int,
+    countdown: float,
+) -> None:
+    def never(ctx: TaskContext) -> str:
+        return "never run"
+
+    registered = register(app, never)
+    task = queue.submit("test.job")
+    outage = StoreUnavailable("database restarting")
+
+    def claim(*args: Any) -> None:
+        raise outage
+
+    asked: list[dict[str, Any]] = []
+
+    def retry(**options: Any) -> Exception:
+        asked.append(options)
+        return RuntimeError("retry requested")
+
+    monkeypatch.setattr(queue.store, "claim", claim)
+    monkeypatch.setattr(registered.celery_task, "retry", retry)
+
+    with pytest.raises(RuntimeError, match="retry requested"):
+        registered.celery_task.apply(args=(task.id,), retries=retries, throw=True)
+    assert asked == [{"exc": outage, "countdown": countdown, "max_retries": None}]
+
+
+def test_a_worker_id_names_the_host_and_process_of_the_run() -> None:
+    assert re.fullmatch(
+        rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{8}}", new_worker_id()
+    )
+
+
+def test_a_soft_time_limit_fails_the_task_unless_it_was_taken_from_the_run(
+    app: Celery, queue: TaskQueue
+) -> None:
+    def call(ctx: TaskContext, take: str) -> None:
+        if take == "cancel":
+            queue.store.cancel(ctx.task_id)
+        if take == "delete":
+            queue.store.delete(ctx.task_id)
+        raise SoftTimeLimitExceeded()
+
+    registered = register(app, call)
+    ran_out = queue.submit("test.job", {"take": "nothing"})
+    cancelled = queue.submit("test.job", {"take": "cancel"})
+    deleted = queue.submit("test.job", {"take": "delete"})
+
+    failed = execute(queue, registered, ran_out.id)
+    assert failed is not None
+    assert failed.status is TaskStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.type == "billiard.exceptions.SoftTimeLimitExceeded"
+    left = execute(queue, registered, cancelled.id)
+    assert left is not None
+    assert left.status is TaskStatus.WORKING  # as the run last saw it: nothing written
+    assert queue.store.get(cancelled.id).status is TaskStatus.CANCELLED
+    assert execute(queue, registered, deleted.id) is not None
+
+
+def test_a_failure_message_is_stored_without_nul_and_at_most_10000_characters(
+    app: Celery, queue: TaskQueue
+) -> None:
+    texts = {"nul": "a\x00b", "long": "x" * 10_001}
+
+    def call(ctx: TaskContext, text: str) -> None:
+        raise ValueError(texts[text])
+
+    registered = register(app, call)
+    messages = []
+    for text in texts:
+        done = execute(queue, registered, queue.submit("test.job", {"text": text}).id)
+        assert done is not None
+        assert done.error is not None
+        messages.append(done.error.message)
+    assert messages == ["a\ufffdb", "x" * 10_000]
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_batch_the_heartbeat_could_not_write_fails_a_job_that_then_returns(
+    app: Celery, published: Published, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    queue = TaskQueue(
+        InMemoryTaskStore(max_payload_bytes=2000),
+        app,
+        heartbeat_interval=timedelta(seconds=0.05),
+        report_interval=timedelta(milliseconds=20),
+    )
+    reports = CountedReports(queue, monkeypatch)
+
+    def call(ctx: TaskContext) -> str:
+        for _ in range(3):
+            ctx.add_artifact(Artifact(artifact_id="big", parts=["x" * 900]), append=True)
+        assert eventually(lambda: reports.calls)  # the heartbeat tried, and was refused
+        if ending == "raises":
+            raise RuntimeError("the job's own failure")
+        return "never stored"
+
+    task = queue.submit("test.job")
+    done = execute(queue, register(app, call), task.id)
+
+    assert done is not None
+    assert done.status is TaskStatus.FAILED
+    assert done.error is not None
+    if ending == "raises":
+        assert (done.error.type, done.error.message) == ("RuntimeError", "the job's own failure")
+    else:
+        assert done.error.type == "InvalidTaskData"
+        assert "artifact" in done.error.message
+    assert done.result is None
+    assert done.artifacts == []

@@ -21,7 +21,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from celery import Celery
@@ -81,6 +81,22 @@ def wait_for(
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}{tails(logs)}")
         time.sleep(interval)
+
+
+def unavailable(message: str) -> NoReturn:
+    """Skip the test on a developer's machine; fail it under ``CI``.
+
+    The rule of ``require_service`` in tests/conftest.py, for what a test needs
+    installed rather than running: CI must never go green by skipping.
+    """
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def count_lines(process: LoggedProcess, *needles: str) -> int:
+    """How many lines of ``process``'s log contain every one of ``needles``."""
+    return sum(all(n in line for n in needles) for line in process.text().splitlines())
 
 
 def tails(processes: Iterable[LoggedProcess], lines: int = 40) -> str:
@@ -147,6 +163,14 @@ class LoggedProcess:
         self._signal_group(signal.SIGKILL)
         if self.alive():
             self.process.wait(timeout=10)
+
+    def freeze(self) -> None:
+        """SIGSTOP the whole process group: a long GC pause, a frozen VM."""
+        self._signal_group(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the process group after :meth:`freeze`."""
+        self._signal_group(signal.SIGCONT)
 
     def _signal_group(self, signum: int) -> None:
         with suppress(ProcessLookupError, PermissionError):
@@ -302,6 +326,7 @@ class Deployment:
     def close(self) -> None:
         """Stop every process we started, drop our queue from a shared broker, close pools."""
         for process in self.processes:
+            process.thaw()  # a frozen process would sit out its SIGTERM
             process.stop()
         self.processes.clear()
         if self._queue is None:
@@ -421,7 +446,7 @@ class RedisServer:
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.skip("redis-server is not installed")
+            unavailable("redis-server is not installed")
         self.binary = binary
         self.workdir = workdir
         self.port = free_port()
@@ -482,7 +507,7 @@ class PostgresCluster:
         if self.as_root:
             runuser = shutil.which("runuser")
             if runuser is None:
-                pytest.skip("running as root without runuser: cannot start PostgreSQL")
+                unavailable("running as root without runuser: cannot start PostgreSQL")
             self.prefix = [runuser, "-u", "postgres", "--"]
         self.workdir = workdir
         self.data = workdir / "data"
@@ -522,7 +547,7 @@ def _postgres_bindir() -> Path:
     # Debian and Ubuntu keep the server tools out of PATH.
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not candidates:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+        unavailable("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
     return candidates[-1].parent
 
 

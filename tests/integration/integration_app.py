@@ -60,6 +60,26 @@ def sleep(ctx: TaskContext, seconds: float, first_attempt_seconds: float | None 
     return {"attempt": ctx.attempt, "slept": seconds}
 
 
+@job(app, name="tests.gated")
+def gated(ctx: TaskContext, gates: str) -> dict[str, int]:
+    """Report progress, then wait until the file ``<gates>/<attempt>`` exists; return.
+
+    The wait makes no store call, so a run frozen past its lease and resumed
+    goes straight on to write its outcome: the write the lease must fence.
+    """
+    record(ctx, "start")
+    ctx.progress(0.5, f"run {ctx.attempt} at its gate")
+    ctx.flush()
+    gate = Path(gates) / str(ctx.attempt)
+    deadline = time.monotonic() + 120
+    while not gate.exists():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"gate {gate} was never opened")
+        time.sleep(0.05)
+    record(ctx, "end")
+    return {"attempt": ctx.attempt}
+
+
 @job(app, name="tests.chatty")
 def chatty(ctx: TaskContext) -> None:
     """Write progress in a tight loop until cancelled: a cancel lands mid-write."""

@@ -8,8 +8,9 @@ PostgreSQL cluster of the module's own (``initdb`` + ``pg_ctl``).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,11 @@ from harness import (
     LoggedProcess,
     PostgresCluster,
     RedisServer,
+    count_lines,
     wait_for,
 )
 
-from queuestore import TERMINAL, TaskStatus
+from queuestore import TERMINAL, Task, TaskStatus
 
 pytestmark = pytest.mark.integration
 
@@ -89,6 +91,62 @@ def test_a_job_whose_worker_dies_on_its_last_attempt_fails_with_worker_lost(
     assert stack.events_of(task.id) == ["1 start"]
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_worker_frozen_past_its_lease_cannot_change_the_task_another_worker_took(
+    deployment: DeploymentFactory, tmp_path: Path
+) -> None:
+    """SIGSTOP a worker mid-job (a long GC pause, a frozen VM) until its task is reclaimed.
+
+    Once resumed, the frozen run's job returns and its outcome (with its
+    progress) is written fenced by a lease it no longer holds: refused. The
+    second run's progress stays, and its result is the one the task keeps.
+    """
+    stack = deployment("redis", "postgres")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    first_worker = stack.start_worker(concurrency=1)
+    task = stack.queue.submit("tests.gated", {"gates": str(gates)})
+
+    def at_gate(attempt: int) -> Callable[[], Task | None]:
+        def reached() -> Task | None:
+            current = stack.queue.store.get(task.id)
+            waiting = current.attempt == attempt and current.progress == 0.5
+            return current if waiting and current.worker_id is not None else None
+
+        return reached
+
+    first = wait_for(at_gate(1), timeout=30, what="run 1 at its gate", logs=stack.processes)
+    first_worker.freeze()
+    try:
+        stack.start_worker(concurrency=1, beat=True)  # its beat reaps, it runs the retry
+        second = wait_for(at_gate(2), timeout=60, what="run 2 at its gate", logs=stack.processes)
+        (gates / "1").touch()
+    finally:
+        first_worker.thaw()
+
+    def first_run_over() -> Task | None:
+        current = stack.queue.store.get(task.id)
+        dropped = any(
+            task.id in line and "outcome dropped" in line
+            for line in first_worker.text().splitlines()
+        )
+        return current if dropped or current.worker_id != second.worker_id else None
+
+    held = wait_for(first_run_over, timeout=45, what="run 1's outcome", logs=stack.processes)
+    assert stack.events_of(task.id) == ["1 start", "2 start", "1 end"]
+    assert held.status is TaskStatus.WORKING
+    assert held.worker_id == second.worker_id != first.worker_id
+    assert (held.attempt, held.progress, held.status_message) == (2, 0.5, "run 2 at its gate")
+    assert held.result is None
+
+    (gates / "2").touch()
+    done = stack.wait_status(task.id, *TERMINAL)
+    assert done.status is TaskStatus.COMPLETED, done.error
+    assert done.result == {"attempt": 2}
+    assert stack.events_of(task.id) == ["1 start", "2 start", "1 end", "2 end"]
+
+
 def test_the_reaper_retries_a_task_killed_on_the_embedded_broker(
     deployment: DeploymentFactory,
 ) -> None:
@@ -108,26 +166,33 @@ def test_the_reaper_retries_a_task_killed_on_the_embedded_broker(
 
 @pytest.mark.postgres
 def test_a_task_submitted_while_the_broker_is_down_is_dispatched_once_it_is_back(
-    own_redis: RedisServer, deployment: DeploymentFactory
+    own_redis: RedisServer, deployment: DeploymentFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     # own_redis first: it is torn down last, after the worker stopped cleanly.
     stack = deployment(own_redis.url, "postgres")
     worker = stack.start_worker(beat=True)
     own_redis.stop()
 
-    task = stack.queue.submit("tests.count_runs")
+    with caplog.at_level(logging.WARNING, logger="queuestore.queue"):
+        task = stack.queue.submit("tests.count_runs")
 
-    assert task.status is TaskStatus.SUBMITTED
-    assert stack.queue.store.get(task.id).status is TaskStatus.SUBMITTED
-    assert "stays queued in the store" not in worker.text()  # that was the caller's log
+    # The publish failed (the caller logs it) and the store knows no message went out.
+    assert f"task {task.id} stays queued in the store" in caplog.text
+    assert [t.id for t in stack.queue.store.undispatched(timedelta(0))] == [task.id]
     own_redis.start()
 
     done = stack.wait_status(task.id, *TERMINAL, timeout=90)
     assert done.status is TaskStatus.COMPLETED, done.error
-    assert "dispatcher published" in worker.text()
+    assert "dispatcher published 1 waiting tasks" in worker.text()
     assert stack.events_of(task.id) == ["1 run"]
-    # The sweep keeps running: it never publishes the task again.
-    time.sleep(2)
+    # The sweep keeps running: two more sweeps later, it has not published the task again.
+    sweeps = count_lines(worker, "queuestore.dispatcher[", "succeeded")
+    wait_for(
+        lambda: count_lines(worker, "queuestore.dispatcher[", "succeeded") >= sweeps + 2,
+        timeout=30,
+        what="two more sweeps",
+        logs=[worker],
+    )
     assert stack.events_of(task.id) == ["1 run"]
 
 
@@ -172,13 +237,12 @@ def test_a_running_job_survives_a_database_restart(
         what="the job to end",
         logs=[worker],
     )
-    time.sleep(1)
+    stack.wait_log(worker, "store unavailable writing task", task.id)
     database.start()
 
     done = stack.wait_status(task.id, *TERMINAL, timeout=90)
     assert done.status is TaskStatus.COMPLETED, done.error
     assert done.result == {"attempt": 1, "slept": 2}
-    assert "store unavailable" in worker.text()
 
 
 def test_a_message_that_arrives_while_the_database_is_down_is_not_lost(

@@ -336,7 +336,7 @@ def test_delete_removes_the_task_and_ignores_absent_ones(store: TaskStore) -> No
     task = store.create("x.y")
     kept = store.create("x.y")
 
-    assert store.delete(task.id) is None
+    store.delete(task.id)
     with pytest.raises(TaskNotFound):
         store.get(task.id)
     store.delete(task.id)
@@ -414,9 +414,13 @@ def test_a_retried_task_needs_dispatching_again(store: TaskStore) -> None:
 
 
 def test_mark_dispatched_of_an_unknown_task_does_nothing(store: TaskStore) -> None:
-    store.mark_dispatched("missing")
+    task = store.create("x.y")
 
-    assert store.list().tasks == []
+    store.mark_dispatched("missing")
+    store.mark_dispatched_many([("missing", 1)])
+
+    assert store.get(task.id) == task
+    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
 
 
 def test_undispatched_is_oldest_first(store: TaskStore) -> None:
@@ -473,3 +477,10 @@ def test_mark_dispatched_many_refuses_bad_pairs_and_marks_nothing(store: TaskSto
     with pytest.raises(InvalidTaskData):
         store.mark_dispatched_many([(task.id, task.version), (task.id, 0)])
     assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+
+
+def test_cancel_without_a_reason_keeps_the_status_message(store: TaskStore) -> None:
+    task = reach(store, TaskStatus.WORKING)
+    store.update(task.id, status_message="half way")
+
+    assert store.cancel(task.id).status_message == "half way"

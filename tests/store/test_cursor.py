@@ -76,13 +76,15 @@ def test_cutting_or_extending_is_detected(
             CODEC.decode(to_cursor(altered), listing)
 
 
-@given(keys, filters, filters)
-def test_a_cursor_is_refused_under_other_filters(key: CursorKey, made: str, used: str) -> None:
+@given(keys, filters, st.data())
+def test_a_cursor_is_refused_under_other_filters(
+    key: CursorKey, made: str, data: st.DataObject
+) -> None:
     cursor = CODEC.encode(key, made)
+    other = data.draw(filters.filter(lambda used: used != made), label="other")
 
-    if made == used:
-        assert CODEC.decode(cursor, used) == key
-    else:
+    # Any other listing, and the near misses: one character more, one less.
+    for used in {other, made + "x", made[:-1]} - {made}:
         with pytest.raises(InvalidCursor):
             CODEC.decode(cursor, used)
 
@@ -144,3 +146,26 @@ def test_the_payload_is_the_key_as_json() -> None:
     payload = to_bytes(CODEC.encode(key, ""))[12:]
 
     assert json.loads(payload) == ["2026-01-02T03:04:05.000006+00:00", "id"]
+
+
+def _signed(payload: bytes, listing: str = "") -> str:
+    """A cursor whose MAC is right but whose payload is whatever the test says."""
+    return to_cursor(CODEC._mac(payload, listing) + payload)
+
+
+@pytest.mark.parametrize(
+    ("cursor", "reason"),
+    [
+        ("", "must be a non-empty string"),
+        ("A" * 513, "must be a non-empty string"),
+        ("x", "is not valid base64"),
+        ("A" * 512, "was altered, expired, or made for other filters"),
+        (_signed(b"not json"), "payload is malformed"),
+        (_signed(b'["2026-01-01T00:00:00", "naive"]'), "payload is malformed"),
+        (_signed(b'["2026-01-01T00:00:00+00:00", 5]'), "payload is malformed"),
+    ],
+    ids=["empty", "too-long", "not-base64", "longest-allowed", "not-json", "naive", "int-id"],
+)
+def test_a_refused_cursor_says_why(cursor: str, reason: str) -> None:
+    with pytest.raises(InvalidCursor, match=f"^cursor {reason}"):
+        CODEC.decode(cursor, "")

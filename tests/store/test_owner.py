@@ -170,3 +170,4 @@ def test_an_owner_that_is_not_a_string_is_bad_input(store: TaskStore, owner: Any
         store.list(owner=owner)
 
     assert raised.value.field == "owner"
+    assert str(raised.value) == "owner: must be a string, None or queuestore.ANY"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -104,21 +105,39 @@ def test_paging_while_another_thread_writes_skips_and_repeats_nothing(
 ) -> None:
     created = [store.create("x.y") for _ in range(40)]
     stop = threading.Event()
+    writes = [0]  # only the writer thread adds to it
 
     def keep_writing() -> None:
         while not stop.is_set():
             for task in created:
                 store.update(task.id, progress=0.5, status_message="busy")
+                writes[0] += 1
+
+    def wrote_since(count: int) -> bool:
+        deadline = time.monotonic() + 5
+        while writes[0] <= count and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return writes[0] > count
 
     writer = threading.Thread(target=keep_writing)
     writer.start()
+    seen: list[str] = []
+    overlapped = []
     try:
-        listed = pages(store, limit=3)
+        cursor = None
+        while True:
+            before = writes[0]
+            page = store.list(limit=3, cursor=cursor)
+            seen.extend(t.id for t in page.tasks)
+            overlapped.append(wrote_since(before))  # the next page reads a changed table
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
     finally:
         stop.set()
         writer.join()
 
-    seen = [t.id for page in listed for t in page.tasks]
+    assert overlapped == [True] * len(overlapped)
     assert sorted(seen) == sorted(t.id for t in created)
     assert len(seen) == len(set(seen))
 

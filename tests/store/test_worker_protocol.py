@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from queuestore import (
+    TRANSITIONS,
     Artifact,
     InvalidTaskData,
     InvalidTransition,
     LeaseLost,
     Task,
+    TaskError,
     TaskNotFound,
     TaskStatus,
     TaskStore,
@@ -173,6 +176,62 @@ def test_after_reap_the_old_worker_is_fenced_out(store: TaskStore) -> None:
     assert again.attempt == 2
     with pytest.raises(LeaseLost):
         store.update(task.id, progress=0.9, worker_id="w1")
+
+
+RUN_OUTCOMES = sorted(TRANSITIONS[TaskStatus.WORKING])
+"""Every status a run's outcome can carry: parked, finished, failed, cancelled."""
+
+
+def _outcome(status: TaskStatus) -> dict[str, Any]:
+    """What a run writes with ``status``, as ``worker._write_outcome`` would."""
+    values: dict[str, Any] = {"status": status, "progress": 1.0, "status_message": "stale run"}
+    if status is TaskStatus.COMPLETED:
+        values["result"] = {"by": "stale run"}
+    if status is TaskStatus.FAILED:
+        values["error"] = TaskError(type="RuntimeError", message="stale run")
+    return values
+
+
+@pytest.mark.parametrize("with_artifacts", [False, True], ids=["values", "values+artifacts"])
+@pytest.mark.parametrize("status", RUN_OUTCOMES)
+def test_an_outcome_from_a_reaped_run_is_refused_once_another_run_holds_the_task(
+    store: TaskStore, status: TaskStatus, with_artifacts: bool
+) -> None:
+    stale = claimed(store, store.create("x.y").id, "w1")
+    expire(store, stale)
+    current = claimed(store, stale.id, "w2")
+    current = store.report(
+        current.id,
+        "w2",
+        known=current,
+        artifacts=[(Artifact(artifact_id="log", parts=["w2"]), False)],
+        progress=0.4,
+        status_message="second run",
+    )
+    late = [(Artifact(artifact_id="log", parts=["w1"]), True)] if with_artifacts else []
+
+    with pytest.raises(LeaseLost) as refused:
+        store.report(stale.id, "w1", known=stale, artifacts=late, **_outcome(status))
+
+    assert refused.value.task_id == stale.id
+    assert store.get(stale.id) == current
+    done = store.report(current.id, "w2", known=current, status="completed", result="w2")
+    assert (done.status, done.result, done.progress) == (TaskStatus.COMPLETED, "w2", 0.4)
+    assert [(a.artifact_id, a.parts) for a in done.artifacts] == [("log", ["w2"])]
+
+
+@pytest.mark.parametrize("status", RUN_OUTCOMES)
+def test_an_outcome_from_a_reaped_run_is_refused_before_the_retry_is_claimed(
+    store: TaskStore, status: TaskStatus
+) -> None:
+    stale = claimed(store, store.create("x.y").id, "w1")
+    (retried,) = expire(store, stale)
+
+    with pytest.raises(LeaseLost):
+        store.report(stale.id, "w1", known=stale, **_outcome(status))
+
+    assert store.get(stale.id) == retried
+    assert claimed(store, stale.id, "w2").attempt == 2
 
 
 def test_reap_retries_until_max_attempts_then_fails_with_worker_lost(store: TaskStore) -> None:
