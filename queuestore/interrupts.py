@@ -58,14 +58,16 @@ class Interrupts:
             signal.signal(_SIGNAL, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._depth:
+            # Inside a store call, in a run or not (a run's claim comes before the
+            # run): held back until the call returns, then raised or dropped.
+            self._pending = True
+            return
         if self._run is None:
             if callable(self._previous):
                 self._previous(signum, frame)
             return
         if self._delivered or self._run():
-            return
-        if self._depth:
-            self._pending = True
             return
         self._delivered = True
         raise SoftTimeLimitExceeded()

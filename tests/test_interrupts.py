@@ -110,3 +110,18 @@ def test_only_the_first_signal_of_a_run_is_delivered(interrupts: Interrupts) -> 
             _signal_self()  # a second revoke lands in the job's cleanup
             cleanup.append("the cleanup was not interrupted")
     assert cleanup == ["the cleanup was not interrupted"]
+
+
+def test_outside_a_run_a_store_call_holds_the_signal_until_it_returns(
+    interrupts: Interrupts,
+) -> None:
+    steps: list[str] = []
+
+    def store_call() -> None:
+        with interrupts.deferred():
+            _signal_self()
+            steps.append("the call went on")
+
+    with pytest.raises(SoftTimeLimitExceeded):
+        store_call()
+    assert steps == ["the call went on"]
