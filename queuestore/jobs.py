@@ -25,6 +25,11 @@ from queuestore.store.base import TaskStore
 if TYPE_CHECKING:
     from queuestore.context import TaskContext
 
+JANITOR_TASK = "queuestore.janitor"
+REAPER_TASK = "queuestore.reaper"
+DISPATCHER_TASK = "queuestore.dispatcher"
+"""The maintenance tasks a ``TaskQueue`` registers and beat runs (named here, for both sides)."""
+
 
 class RunSettings(Protocol):
     """Where a worker's runs keep their tasks, and how long and how often they write.

@@ -22,11 +22,13 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from queuestore.jobs import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+
 LogFormat = Literal["text", "json"]
 
 _CURRENT: ContextVar[tuple[str, str] | None] = ContextVar("queuestore_task", default=None)
 _CONFIG: dict[str, str | None] = {"format": "text", "level": None}
-_MAINTENANCE = frozenset({"queuestore.janitor", "queuestore.reaper", "queuestore.dispatcher"})
+_MAINTENANCE = frozenset({JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK})
 
 
 @contextmanager

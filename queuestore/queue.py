@@ -20,17 +20,19 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, StoreUnavailable
-from queuestore.jobs import bind_settings, registered_job
+from queuestore.jobs import (
+    DISPATCHER_TASK,
+    JANITOR_TASK,
+    REAPER_TASK,
+    bind_settings,
+    registered_job,
+)
 from queuestore.logs import about
 from queuestore.models import Task
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore, lost_runs
 
 log = logging.getLogger(__name__)
-
-JANITOR_TASK = "queuestore.janitor"
-REAPER_TASK = "queuestore.reaper"
-DISPATCHER_TASK = "queuestore.dispatcher"
 
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 _BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
