@@ -46,32 +46,7 @@ class A2ADeployment:
         self.deployment = deployment
 
     def start_worker(self) -> LoggedProcess:
-        node = f"a2a-{free_port()}"
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "a2a_app",
-            "worker",
-            "--pool=prefork",
-            "--concurrency=2",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-            f"--hostname={node}@%h",
-            "--loglevel=INFO",
-        ]
-        worker = LoggedProcess.start(
-            f"worker {node}",
-            command,
-            env=self.deployment.env(),
-            cwd=HERE,
-            log=self.deployment.root / f"{node}.log",
-        )
-        self.deployment.processes.append(worker)
-        self.deployment.wait_ready(worker, f"{node}@")
-        return worker
+        return self.deployment.start_worker(app="a2a_app", cwd=HERE)
 
     def start_server(self, port: int | None = None) -> Server:
         """``a2a_app.py PORT``, answering its agent card."""

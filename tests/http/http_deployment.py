@@ -49,22 +49,7 @@ class HttpDeployment:
         return self.deployment.env() | extra | {"PYTHONPATH": python_path}
 
     def start_worker(self) -> LoggedProcess:
-        node = f"http-{free_port()}"
-        command = [
-            sys.executable, "-m", "celery", "-A", "http_app", "worker",
-            "--pool=prefork", "--concurrency=2", "--without-heartbeat", "--without-gossip",
-            "--without-mingle", f"--hostname={node}@%h", "--loglevel=INFO",
-        ]  # fmt: skip
-        worker = LoggedProcess.start(
-            f"worker {node}",
-            command,
-            env=self.env(),
-            cwd=HERE,
-            log=self.deployment.root / f"{node}.log",
-        )
-        self.deployment.processes.append(worker)
-        self.deployment.wait_ready(worker, f"{node}@")
-        return worker
+        return self.deployment.start_worker(app="http_app", cwd=HERE, env=self.env())
 
     def start_api(self, *flags: str, **env: str) -> Api:
         """``python -m queuestore serve --port PORT --app http_app`` with ``env``, answering."""

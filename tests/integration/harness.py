@@ -260,16 +260,23 @@ class Deployment:
         concurrency: int = 2,
         beat: bool = False,
         wait: bool = True,
+        app: str = APP_MODULE,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
         **extra_env: str,
     ) -> LoggedProcess:
-        """A ``celery worker`` on this deployment's queue (``-B`` for embedded beat)."""
+        """A ``celery worker`` on this deployment's queue (``-B`` for embedded beat).
+
+        ``app`` is the Celery app's module, imported from ``cwd`` (the deployment's
+        root by default); ``env`` replaces :meth:`env`'s for a deployment of its own.
+        """
         node = f"it-{uuid.uuid4().hex[:8]}"
         command = [
             sys.executable,
             "-m",
             "celery",
             "-A",
-            APP_MODULE,
+            app,
             "worker",
             f"--pool={pool}",
             f"--concurrency={concurrency}",
@@ -284,8 +291,8 @@ class Deployment:
         worker = LoggedProcess.start(
             f"worker {node}",
             command,
-            env=self.env(**extra_env),
-            cwd=self.root,
+            env=self.env(**extra_env) if env is None else env | extra_env,
+            cwd=self.root if cwd is None else cwd,
             log=self.root / f"{node}.log",
         )
         self.processes.append(worker)

@@ -36,34 +36,7 @@ class McpDeployment:
 
     def start_worker(self, *, beat: bool = True, app: str = "mcp_app") -> LoggedProcess:
         """A prefork worker on ``app`` (a module of this folder, the working directory)."""
-        node = f"mcp-{free_port()}"
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            app,
-            "worker",
-            "--pool=prefork",
-            "--concurrency=2",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-            f"--hostname={node}@%h",
-            "--loglevel=INFO",
-        ]
-        if beat:
-            command += ["--beat", f"--schedule={self.deployment.home / f'beat-{node}'}"]
-        worker = LoggedProcess.start(
-            f"worker {node}",
-            command,
-            env=self.env(),
-            cwd=HERE,
-            log=self.deployment.root / f"{node}.log",
-        )
-        self.deployment.processes.append(worker)
-        self.deployment.wait_ready(worker, f"{node}@")
-        return worker
+        return self.deployment.start_worker(app=app, beat=beat, cwd=HERE, env=self.env())
 
     def start_server(
         self, *flags: str, port: int | None = None, command: list[str] | None = None, **env: str
