@@ -6,7 +6,10 @@ import atexit
 import logging
 import os
 import threading
+import time
 import weakref
+from collections import deque
+from typing import NamedTuple
 
 from queuestore.errors import StoreUnavailable
 from queuestore.models import Task
@@ -15,22 +18,40 @@ from queuestore.store.base import TaskStore
 log = logging.getLogger(__name__)
 
 
-class DispatchMarks:
-    """Dispatch marks of published tasks, written in batches by a background thread.
+class _Mark(NamedTuple):
+    due: float  # time.monotonic() when the mark is written
+    task_id: str
+    version: int
 
-    With them ``submit`` costs one statement, the insert. Marks are written
-    every ``interval``, at once when ``batch_size`` wait, and at interpreter
-    exit. A mark that is never written (the process was killed) only means
-    the dispatcher sweep publishes the task once more after ``dispatch_grace``;
-    the worker's claim drops the second message. A mark is written only while
-    the task is at the version it was published at.
+
+class DispatchMarks:
+    """Dispatch marks of published tasks, written late and in batches by a background thread.
+
+    With them ``submit`` costs one statement, the insert. A mark is written
+    ``delay`` seconds after the publication, and only while the task is still
+    at the version it was published at: a task claimed within ``delay`` (most
+    tasks, on a queue that keeps up) never gets one, which spares its row a
+    version and every index an entry. The marks that are due are written every
+    ``interval``, at once when ``batch_size`` are due, and all of them at
+    interpreter exit and on :meth:`flush`. A mark that is never written (the
+    process was killed) only means the dispatcher sweep publishes the task once
+    more after ``dispatch_grace``, which must be longer than ``delay``; the
+    worker's claim drops the second message.
     """
 
-    def __init__(self, store: TaskStore, *, interval: float = 0.05, batch_size: int = 500) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        delay: float = 0.0,
+        interval: float = 0.05,
+        batch_size: int = 500,
+    ) -> None:
         self.store = store
+        self.delay = delay
         self.interval = interval
         self.batch_size = batch_size
-        self._pending: list[tuple[str, int]] = []
+        self._pending: deque[_Mark] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -38,32 +59,49 @@ class DispatchMarks:
         _ALL_MARKS.add(self)
 
     def add(self, task: Task) -> None:
-        """Mark ``task`` as dispatched soon."""
+        """Mark ``task`` as dispatched after ``delay``, unless it moved on by then."""
+        now = time.monotonic()
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child: the parent's marks are the parent's to write.
-                self._pid, self._pending, self._thread = os.getpid(), [], None
-            self._pending.append((task.id, task.version))
+                self._pid, self._pending, self._thread = os.getpid(), deque(), None
+            self._pending.append(_Mark(now + self.delay, task.id, task.version))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="queuestore-dispatch-marks", daemon=True
                 )
                 self._thread.start()
-            if len(self._pending) >= self.batch_size:
+            # Marks are queued in the order they fall due: a full batch is due
+            # when its last one is.
+            if len(self._pending) >= self.batch_size and (
+                self._pending[self.batch_size - 1].due <= now
+            ):
                 self._wake.set()
 
     def flush(self) -> None:
-        """Write the marks taken so far; on a store outage they wait for the next try."""
+        """Write every mark taken so far, due or not; on a store outage they wait."""
+        self._write(self._take(due_by=None))
+
+    def _take(self, due_by: float | None) -> list[_Mark]:
         with self._lock:
-            marks, self._pending = self._pending, []
+            if due_by is None:
+                taken = list(self._pending)
+                self._pending.clear()
+            else:
+                taken = []
+                while self._pending and self._pending[0].due <= due_by:
+                    taken.append(self._pending.popleft())
+        return taken
+
+    def _write(self, marks: list[_Mark]) -> None:
         if not marks:
             return
         try:
-            self.store.mark_dispatched_many(marks)
+            self.store.mark_dispatched_many([(mark.task_id, mark.version) for mark in marks])
         except StoreUnavailable as exc:
             log.warning("%d dispatch marks wait for the database: %s", len(marks), exc)
             with self._lock:
-                self._pending[:0] = marks[:_KEPT_IN_OUTAGE]
+                self._pending.extendleft(reversed(marks[:_KEPT_IN_OUTAGE]))
 
     def _loop(self) -> None:
         idle = 0
@@ -71,7 +109,7 @@ class DispatchMarks:
             self._wake.wait(self.interval)
             self._wake.clear()
             try:
-                self.flush()
+                self._write(self._take(due_by=time.monotonic()))
             except Exception:  # the thread must outlive any one failure
                 log.exception("dispatch marks not written; the sweep republishes those tasks")
             with self._lock:

@@ -61,6 +61,8 @@ class TaskQueue:
             its next heartbeat or write.
         dispatch_grace: how old an unpublished task must be before the
             dispatcher sweep publishes it, so it does not race ``submit``.
+            A published task's dispatch mark is written after half of it,
+            and only if no worker claimed the task by then.
         redispatch_after: publish again a task whose message went out this
             long ago and was never claimed (a broker that lost it); None never does.
     """
@@ -91,7 +93,7 @@ class TaskQueue:
         self.terminate_on_cancel = terminate_on_cancel
         self.dispatch_grace = dispatch_grace
         self.redispatch_after = redispatch_after
-        self.dispatch_marks = DispatchMarks(store)
+        self.dispatch_marks = DispatchMarks(store, delay=dispatch_grace.total_seconds() / 2)
         _QUEUES[app] = self
         if bind_settings(app, self):  # the app's jobs run with this queue's store and intervals
             _register_maintenance(app)

@@ -705,6 +705,7 @@ def test_report_interval_must_be_shorter_than_the_lease(app: Celery) -> None:
 def test_submit_marks_the_task_dispatched_in_the_background(app: Celery, queue: TaskQueue) -> None:
     queue.dispatch_marks.interval = 3600  # only a full batch or a flush writes
     queue.dispatch_marks.batch_size = 3
+    queue.dispatch_marks.delay = 0
     first = [queue.submit("test.job") for _ in range(2)]
     assert {t.id for t in queue.store.undispatched(timedelta(0))} == {t.id for t in first}
 
@@ -713,6 +714,33 @@ def test_submit_marks_the_task_dispatched_in_the_background(app: Celery, queue: 
     while queue.store.undispatched(timedelta(0)) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert queue.store.undispatched(timedelta(0)) == []
+
+
+def test_a_mark_waits_its_delay_and_a_task_claimed_meanwhile_gets_none(
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert queue.dispatch_marks.delay == queue.dispatch_grace.total_seconds() / 2
+    queue.dispatch_marks.delay = 0.5
+    queue.dispatch_marks.interval = 0.01
+    written: list[list[tuple[str, int]]] = []
+    real = queue.store.mark_dispatched_many
+    monkeypatch.setattr(
+        queue.store, "mark_dispatched_many", lambda marks: (written.append(marks), real(marks))
+    )
+    claimed_soon, left_waiting = queue.submit("test.job"), queue.submit("test.job")
+    assert queue.store.claim(claimed_soon.id, "w1", timedelta(seconds=30)) is not None
+    time.sleep(0.2)
+    assert written == []  # not due yet
+    assert [t.id for t in queue.store.undispatched(timedelta(0))] == [left_waiting.id]
+
+    deadline = time.monotonic() + 5
+    while queue.store.undispatched(timedelta(0)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queue.store.undispatched(timedelta(0)) == []
+    # Both marks at the version they were published at: the store skips the claimed one.
+    assert sorted(mark for batch in written for mark in batch) == sorted(
+        [(claimed_soon.id, claimed_soon.version), (left_waiting.id, left_waiting.version)]
+    )
 
 
 def test_a_mark_written_after_the_task_moved_on_does_not_hide_it_from_the_sweep(

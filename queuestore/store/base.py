@@ -376,8 +376,9 @@ class TaskStore(WorkerProtocol):
     def outbox_backlog(self) -> int:
         """How many live tasks wait for their first message (the dispatcher sweep's work).
 
-        It includes tasks published moments ago whose publication is not recorded
-        yet: ``submit`` records it in batches.
+        It includes tasks published less than half of ``dispatch_grace`` ago and
+        not claimed yet: ``submit`` records a publication that late, and only
+        for a task no worker claimed meanwhile.
         """
         return self._count_undispatched()
 
