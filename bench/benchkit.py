@@ -23,6 +23,32 @@ HERE = Path(__file__).resolve().parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 """An existing database on the benchmark's server, used to create and drop others."""
 
+# The floor: a lifecycle's three writes (insert, claim, complete) as raw psycopg
+# statements on queuestore's own table and indexes, each returning the row as
+# the store's statements do.
+RAW_COLUMNS = (
+    "id, name, input, owner, context_id, status, status_message, progress, result, error, "
+    "artifacts, metadata, answers, created_at, updated_at, started_at, finished_at, ttl_ms, "
+    "attempt, version, worker_id, lease_expires_at"
+)
+RAW_INSERT = (
+    "INSERT INTO queuestore_tasks (id, name, input, owner, context_id, status, artifacts, "
+    "metadata, answers, created_at, updated_at, attempt, version) VALUES (%s, %s, %s, NULL, "
+    f"NULL, 'submitted', '[]', '{{}}', '[]', now(), now(), 0, 1) RETURNING {RAW_COLUMNS}"
+)
+RAW_CLAIM = (
+    "UPDATE queuestore_tasks SET status = 'working', worker_id = %s, attempt = attempt + 1, "
+    "lease_expires_at = now() + interval '30 seconds', started_at = coalesce(started_at, now()),"
+    " updated_at = now(), version = version + 1 WHERE id = %s AND status IN ('submitted', "
+    f"'working') AND worker_id IS NULL RETURNING {RAW_COLUMNS}"
+)
+RAW_COMPLETE = (
+    "UPDATE queuestore_tasks SET status = 'completed', progress = 1.0, result = %s, "
+    "artifacts = %s, worker_id = NULL, lease_expires_at = NULL, dispatched_at = NULL, "
+    "finished_at = now(), updated_at = now(), version = version + 1 "
+    f"WHERE id = %s AND status = 'working' AND worker_id = %s RETURNING {RAW_COLUMNS}"
+)
+
 
 @contextlib.contextmanager
 def scratch_database(prefix: str, *, migrate: bool = False) -> Iterator[str]:

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +53,9 @@ from typing import Any
 
 import psycopg
 import redis
+from benchkit import RAW_INSERT
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.table import Table
 
@@ -323,6 +326,26 @@ class Bench:
         end = wait_until(
             lambda: self.completed() >= n, timeout=60 + n / 10, what="queuestore tasks"
         )
+        # The marks still waiting for their delay are the producer's work too.
+        cpu = time.process_time()
+        queue.dispatch_marks.flush()
+        self.producer_cpu += time.process_time() - cpu
+        return n / (end - start)
+
+    # (1c) the floor: bare Celery + the three writes as raw statements
+    def floor_round(self, n: int) -> float:
+        self.truncate("queuestore_tasks")
+        send = self.m.floor_app.send_task
+        start = time.monotonic()
+        cpu = time.process_time()
+        for i in range(n):
+            task_id = str(uuid.uuid4())
+            self.db.execute(
+                RAW_INSERT, (task_id, "bench.floor", Jsonb({"n": i})), prepare=True
+            ).fetchone()
+            send("bench.floor", args=(task_id,), task_id=task_id)
+        self.producer_cpu = time.process_time() - cpu
+        end = wait_until(lambda: self.completed() >= n, timeout=60 + n / 10, what="floor tasks")
         return n / (end - start)
 
     # (2) bare Celery
@@ -399,12 +422,14 @@ class Bench:
             worker("lifecycle_app:bare_app", "bare"),
             worker("lifecycle_app:db_app", "db"),
             self.procrastinate_worker(concurrency),
+            worker("lifecycle_app:floor_app", "floor"),
         ]
         results: dict[str, list[float]] = {
             "queuestore": [],
             "bare": [],
             "db": [],
             "procrastinate": [],
+            "floor": [],
         }
         try:
             for each in workers:
@@ -415,6 +440,7 @@ class Bench:
             self.bare_round(warm)
             self.db_backend_round(warm)
             self.procrastinate_round(warm)
+            self.floor_round(warm)
             for number in range(1, rounds + 1):
                 # Interleaved, so drift in the machine's load hits all three alike.
                 for mode, each, run in (
@@ -422,6 +448,7 @@ class Bench:
                     ("bare", workers[1], self.bare_round),
                     ("db", workers[2], self.db_backend_round),
                     ("procrastinate", workers[3], self.procrastinate_round),
+                    ("floor", workers[4], self.floor_round),
                 ):
                     label = mode if pool == "solo" else f"{mode}, {pool}"
                     results[mode].append(self.measured(label, each, lambda r=run: r(n), n))
@@ -429,7 +456,8 @@ class Bench:
                     f"{pool} round {number}/{rounds}: "
                     f"queuestore {results['queuestore'][-1]:7.1f}/s  "
                     f"bare {results['bare'][-1]:7.1f}/s  db-backend {results['db'][-1]:7.1f}/s  "
-                    f"procrastinate {results['procrastinate'][-1]:7.1f}/s"
+                    f"procrastinate {results['procrastinate'][-1]:7.1f}/s  "
+                    f"floor {results['floor'][-1]:7.1f}/s"
                 )
         except BaseException:
             for each in workers:
@@ -569,6 +597,23 @@ def report(
             f"{qs / bare:.2f}x",
             target=">= 0.5x",
             ok=qs / bare >= 0.5,
+        )
+        floor = statistics.median(rates["floor"])
+        row(
+            f"floor (bare + raw insert, claim, complete) vs bare{where}",
+            f"{floor:.0f} tasks/s",
+            f"{bare:.0f} tasks/s",
+            f"{floor / bare:.2f}x",
+            target="(a bound)",
+            ok=True,
+        )
+        row(
+            f"lifecycle throughput vs the floor{where}",
+            f"{qs:.0f} tasks/s",
+            f"{floor:.0f} tasks/s",
+            f"{qs / floor:.2f}x",
+            target="(<= 1x)",
+            ok=True,
         )
         row(
             f"lifecycle throughput vs Celery db backend{where}",
@@ -754,6 +799,7 @@ def main() -> int:
                 "QUEUESTORE_AUTO_MIGRATE": "false",
                 "BENCH_REDIS_URL": redis_url,
                 "BENCH_RUN": run,
+                "BENCH_FLOOR_URL": pg_url,
                 "BENCH_RESULT_BACKEND": pg_url.replace("postgresql://", "db+postgresql+psycopg://"),
                 "PYTHONPATH": os.pathsep.join(
                     [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]

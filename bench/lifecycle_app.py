@@ -3,6 +3,8 @@
     celery -A lifecycle_app:app worker ...       queuestore: full task lifecycle
     celery -A lifecycle_app:bare_app worker ...  bare Celery, no result backend
     celery -A lifecycle_app:db_app worker ...    Celery + its SQLAlchemy result backend
+    celery -A lifecycle_app:floor_app worker ... the floor: bare Celery + queuestore's
+                                                 claim and complete as raw statements
 
 All three share the broker and the durable-job settings of
 ``Settings.celery_config()`` (late acks, prefetch 1, JSON), each on its own
@@ -13,6 +15,7 @@ comes from ``QUEUESTORE_*`` like ``workers/__init__.py``, plus:
   cooperative job records when it saw a cancel.
 - ``BENCH_RUN``: a token that keeps this run's queues apart from any other's.
 - ``BENCH_RESULT_BACKEND``: the ``db+postgresql+psycopg://`` URL for ``db_app``.
+- ``BENCH_FLOOR_URL``: the ``postgresql://`` URL ``floor_app``'s raw statements use.
 - ``BENCH_COUNT_WAKEUPS``: count in Redis (``WAKEUPS_KEY``) each time the
   heartbeat thread's listener returns with changes: a wakeup by a change.
 - ``BENCH_PROFILE``: a file; the worker's main thread runs under cProfile,
@@ -25,13 +28,17 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import redis
+from benchkit import RAW_CLAIM, RAW_COMPLETE
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
+from psycopg.types.json import Jsonb
 
 from queuestore import Artifact, JobCancelled, Settings, TaskContext, job
 
@@ -39,6 +46,7 @@ RUN = os.environ.get("BENCH_RUN", "local")
 QS_QUEUE = f"bench_{RUN}_queuestore"
 BARE_QUEUE = f"bench_{RUN}_bare"
 DB_QUEUE = f"bench_{RUN}_db"
+FLOOR_QUEUE = f"bench_{RUN}_floor"
 
 READY_KEY = "bench:ready:{pid}"
 COUNTER_KEY = "bench:count"
@@ -128,6 +136,40 @@ db_app = _celery(
     result_backend=os.environ.get("BENCH_RESULT_BACKEND", "db+sqlite:///bench-results.db"),
 )
 db_app.task(name="bench.noop", ignore_result=False, acks_late=True, shared=False)(_noop)
+
+
+# -- the floor: what any durable lifecycle on queuestore's table costs at least ----
+#
+# Bare Celery's task, plus the claim and the completion (result and artifact)
+# as raw prepared statements on one connection per process, each returning the
+# row; the producer inserts the row with a raw statement before it publishes.
+# No heartbeat, no reports, no validation, no outage handling: a lower bound.
+
+floor_app = _celery("bench_floor", FLOOR_QUEUE, task_ignore_result=True)
+_floor_connections: dict[int, psycopg.Connection[Any]] = {}
+
+
+def _floor_connection() -> psycopg.Connection[Any]:
+    connection = _floor_connections.get(os.getpid())
+    if connection is None or connection.closed:
+        connection = psycopg.connect(os.environ["BENCH_FLOOR_URL"], autocommit=True)
+        _floor_connections[os.getpid()] = connection
+    return connection
+
+
+def _floor(task_id: str) -> None:
+    db, worker = _floor_connection(), secrets.token_hex(8)
+    if db.execute(RAW_CLAIM, (worker, task_id), prepare=True).fetchone() is None:
+        return
+    artifact = {"artifact_id": "out", "name": "out.txt", "parts": [f"row {task_id}"]}
+    db.execute(
+        RAW_COMPLETE,
+        (Jsonb({"n": 0, "ok": True}), Jsonb([artifact]), task_id, worker),
+        prepare=True,
+    ).fetchone()
+
+
+floor_app.task(name="bench.floor", ignore_result=True, acks_late=True, shared=False)(_floor)
 
 
 # -- worker plumbing --------------------------------------------------------

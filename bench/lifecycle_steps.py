@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 import redis
-from benchkit import scratch_database
+from benchkit import RAW_CLAIM, RAW_COMPLETE, RAW_INSERT, scratch_database
 from celery import Celery
 from psycopg.types.json import Jsonb
 from rich.console import Console
@@ -46,29 +46,6 @@ from queuestore.run import Run
 from queuestore.worker import new_worker_id
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
-COLUMNS = (
-    "id, name, input, owner, context_id, status, status_message, progress, result, error, "
-    "artifacts, metadata, answers, created_at, updated_at, started_at, finished_at, ttl_ms, "
-    "attempt, version, worker_id, lease_expires_at"
-)
-RAW_INSERT = (
-    "INSERT INTO queuestore_tasks (id, name, input, owner, context_id, status, artifacts, "
-    "metadata, answers, created_at, updated_at, attempt, version) VALUES (%s, %s, %s, NULL, "
-    f"NULL, 'submitted', '[]', '{{}}', '[]', now(), now(), 0, 1) RETURNING {COLUMNS}"
-)
-RAW_CLAIM = (
-    "UPDATE queuestore_tasks SET status = 'working', worker_id = %s, attempt = attempt + 1, "
-    "lease_expires_at = now() + interval '30 seconds', started_at = coalesce(started_at, now()),"
-    " updated_at = now(), version = version + 1 WHERE id = %s AND status IN ('submitted', "
-    f"'working') AND worker_id IS NULL RETURNING {COLUMNS}"
-)
-RAW_COMPLETE = (
-    "UPDATE queuestore_tasks SET status = 'completed', progress = 1.0, result = %s, "
-    "artifacts = %s, worker_id = NULL, lease_expires_at = NULL, dispatched_at = NULL, "
-    "finished_at = now(), updated_at = now(), version = version + 1 "
-    f"WHERE id = %s AND status = 'working' AND worker_id = %s RETURNING {COLUMNS}"
-)
-
 console = Console(width=max(Console().width, 110))
 
 
