@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -130,18 +131,23 @@ def instrument(store: TaskStore) -> TaskStore:
 class StoreCollector(Collector):
     """Reads the tasks per status and the outbox backlog from the store at each scrape.
 
+    The backlog counts tasks never published and last written ``backlog_after``
+    (the queue's ``dispatch_grace``) ago or earlier: what the dispatcher sweep
+    would publish. Younger ones may be published already, their mark not yet written.
+
     Two aggregate queries per scrape, over every owner's tasks. When the
     database is unreachable only ``queuestore_store_up 0`` is reported.
     """
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, *, backlog_after: timedelta = timedelta(0)) -> None:
         self.store = store
+        self.backlog_after = backlog_after
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("queuestore_store_up", "Whether the task store answered.")
         try:
             counts = self.store.status_counts()
-            backlog = self.store.outbox_backlog()
+            backlog = self.store.outbox_backlog(self.backlog_after)
         except StoreUnavailable as exc:
             log.warning("metrics: store unavailable: %s", exc)
             up.add_metric([], 0)
@@ -157,7 +163,7 @@ class StoreCollector(Collector):
         yield tasks
         yield GaugeMetricFamily(
             "queuestore_outbox_backlog",
-            "Live tasks whose message was not published yet (the dispatcher sweep's work).",
+            "Live tasks never published, older than dispatch_grace (the dispatcher sweep's work).",
             value=backlog,
         )
 
@@ -168,10 +174,15 @@ def multiprocess_dir() -> Path | None:
     return Path(value) if value else None
 
 
-def make_registry(store: TaskStore) -> CollectorRegistry:
-    """A registry of the store's state and this process's (or its children's) counts."""
+def make_registry(
+    store: TaskStore, *, backlog_after: timedelta = timedelta(0)
+) -> CollectorRegistry:
+    """A registry of the store's state and this process's (or its children's) counts.
+
+    ``backlog_after``: the queue's ``dispatch_grace`` (see :class:`StoreCollector`).
+    """
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(StoreCollector(store))
+    registry.register(StoreCollector(store, backlog_after=backlog_after))
     if multiprocess_dir() is not None:
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
@@ -180,9 +191,12 @@ def make_registry(store: TaskStore) -> CollectorRegistry:
     return registry
 
 
-def metrics_app(store: TaskStore) -> Callable[..., Any]:
-    """An ASGI app that serves the metrics of ``store`` (mount it at ``/metrics``)."""
-    return make_asgi_app(make_registry(instrument(store)))
+def metrics_app(store: TaskStore, *, backlog_after: timedelta = timedelta(0)) -> Callable[..., Any]:
+    """An ASGI app that serves the metrics of ``store`` (mount it at ``/metrics``).
+
+    ``backlog_after``: the queue's ``dispatch_grace`` (see :class:`StoreCollector`).
+    """
+    return make_asgi_app(make_registry(instrument(store), backlog_after=backlog_after))
 
 
 def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:
@@ -196,19 +210,22 @@ def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:
     from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
     from queuestore.jobs import registered_job, settings_of
+    from queuestore.queue import TaskQueue
 
     started: dict[str, float] = {}
 
     def on_worker_init(sender: Any = None, **_: Any) -> None:
         if sender is None or getattr(sender, "app", None) is not app:
             return
-        store = instrument(settings_of(app).store)
+        queue = TaskQueue.of(app)
+        store = instrument(queue.store)
         folder = multiprocess_dir()
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob("*.db"):  # counts of an earlier run of this worker
                 stale.unlink()
-        server, _thread = start_http_server(port, host, registry=make_registry(store))
+        registry = make_registry(store, backlog_after=queue.dispatch_grace)
+        server, _thread = start_http_server(port, host, registry=registry)
         log.info("metrics on http://%s:%d/metrics", host, server.server_port)
 
     def on_process_init(**_: Any) -> None:

@@ -159,7 +159,7 @@ def _metrics_of(queue: TaskQueue) -> ASGIApp | None:
         return None
     from queuestore.metrics import metrics_app
 
-    return metrics_app(queue.store)
+    return metrics_app(queue.store, backlog_after=queue.dispatch_grace)
 
 
 class _MetricsEndpoint:

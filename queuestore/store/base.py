@@ -373,14 +373,16 @@ class TaskStore(WorkerProtocol):
         counts = self._count_by_status()
         return {status: counts.get(status, 0) for status in TaskStatus}
 
-    def outbox_backlog(self) -> int:
-        """How many live tasks wait for their first message (the dispatcher sweep's work).
+    def outbox_backlog(self, older_than: timedelta = timedelta(0)) -> int:
+        """How many live tasks last written ``older_than`` ago or earlier were never published.
 
-        It includes tasks published less than half of ``dispatch_grace`` ago and
-        not claimed yet: ``submit`` records a publication that late, and only
-        for a task no worker claimed meanwhile.
+        With ``older_than`` set to the queue's ``dispatch_grace`` (as the
+        metrics do) these are the dispatcher sweep's work. With less it also
+        counts tasks published moments ago and not claimed yet: ``submit``
+        records a publication half of ``dispatch_grace`` late, and only for a
+        task no worker claimed meanwhile.
         """
-        return self._count_undispatched()
+        return self._count_undispatched(check.ttl(older_than) or timedelta(0))
 
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> Watch:
         """The changes to the tasks ``owner`` may see (only ``task_ids`` when given).

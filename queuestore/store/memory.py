@@ -195,7 +195,8 @@ class InMemoryTaskStore(TaskStore):
                 counts[task.status] = counts.get(task.status, 0) + 1
         return counts
 
-    def _count_undispatched(self) -> int:
+    def _count_undispatched(self, older_than: timedelta) -> int:
+        before = self._now() - older_than
         with self._changed:
             return sum(
                 1
@@ -203,6 +204,7 @@ class InMemoryTaskStore(TaskStore):
                 if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
                 and task.worker_id is None
                 and task.id not in self._dispatched
+                and task.updated_at <= before
             )
 
     def _changed_since(

@@ -229,8 +229,9 @@ class StoreCore(ABC):
         """How many tasks are in each status (statuses without tasks may be left out)."""
 
     @abstractmethod
-    def _count_undispatched(self) -> int:
-        """How many unclaimed submitted or working tasks were never published."""
+    def _count_undispatched(self, older_than: timedelta) -> int:
+        """How many unclaimed submitted or working tasks, last written ``older_than``
+        ago or earlier, were never published."""
 
     @abstractmethod
     def _now(self) -> datetime:

@@ -408,9 +408,10 @@ class SqlTaskStore(TaskStore):
             rows = connection.execute(statements.COUNT_BY_STATUS)
             return {TaskStatus(status): count for status, count in rows}
 
-    def _count_undispatched(self) -> int:
+    def _count_undispatched(self, older_than: timedelta) -> int:
+        before = self._earlier(self._clock(), older_than)
         with self._transaction() as connection:
-            count: int = connection.execute(statements.COUNT_UNDISPATCHED).scalar_one()
+            count: int = connection.execute(statements.count_undispatched(before)).scalar_one()
         return count
 
     def _now(self) -> datetime:

@@ -372,12 +372,17 @@ def changed_since(*, after: bool) -> ClauseElement:
 COUNT_BY_STATUS = select(C.status, func.count()).group_by(C.status)
 """Tasks per status, every owner's (metrics)."""
 
-COUNT_UNDISPATCHED = select(func.count()).where(
-    C.dispatched_at.is_(None),
-    C.worker_id.is_(None),
-    C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
-)
-"""Live tasks never published: the outbox backlog (served by the sweep's partial index)."""
+
+def count_undispatched(before: ColumnElement[datetime]) -> Select[int]:
+    """Live tasks never published and last written at ``before`` or earlier: the outbox
+    backlog (served by the sweep's partial index)."""
+    return select(func.count()).where(
+        C.dispatched_at.is_(None),
+        C.worker_id.is_(None),
+        C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
+        C.updated_at <= before,
+    )
+
 
 CLOCK = select(func.now().cast(UTCDateTime).label("now"))
 """PostgreSQL's clock, as the store's writes read it."""

@@ -66,13 +66,13 @@ def test_worker_counts_match_what_it_ran(ops: Ops) -> None:
 
 
 def test_tasks_by_status_and_backlog_are_read_from_the_store_at_scrape(ops: Ops) -> None:
-    store = ops.deployment.queue.store
-    store.create("ops.nowhere")  # never published: in the backlog until the sweep sends it
+    store, grace = ops.deployment.queue.store, ops.deployment.queue.dispatch_grace
+    store.create("ops.nowhere")  # never published: in the backlog once older than the grace
 
     def agrees() -> bool:
-        counts, backlog = store.status_counts(), store.outbox_backlog()
+        counts, backlog = store.status_counts(), store.outbox_backlog(grace)
         samples = scrape(ops.metrics_port)
-        again = store.status_counts(), store.outbox_backlog()
+        again = store.status_counts(), store.outbox_backlog(grace)
         if again != (counts, backlog):
             return False  # the store moved during the scrape: try again
         assert value(samples, "queuestore_store_up") == 1

@@ -388,6 +388,19 @@ def test_iterate_yields_every_matching_task_across_pages(store: TaskStore) -> No
     assert {task.id for task in store.iterate(name="x.y", limit=3)} == ids
 
 
+def test_outbox_backlog_counts_what_the_sweep_would_publish(store: TaskStore) -> None:
+    store.create("x.y")
+    store.mark_dispatched(store.create("x.y").id)
+    store.claim(store.create("x.y").id, "w1", LEASE)
+    reach(store, TaskStatus.INPUT_REQUIRED)
+    store.cancel(store.create("x.y").id)
+
+    assert store.outbox_backlog() == 1
+    assert store.outbox_backlog(timedelta(hours=1)) == 0  # written just now: within the grace
+    with pytest.raises(InvalidTaskData):
+        store.outbox_backlog(timedelta(seconds=-1))
+
+
 def test_undispatched_lists_unclaimed_tasks_until_marked(store: TaskStore) -> None:
     fresh = store.create("x.y")
     marked = store.create("x.y")
