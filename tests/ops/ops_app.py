@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 
 from queuestore import TaskContext, job
 from workers import app, queue
@@ -30,13 +31,30 @@ def steps(ctx: TaskContext, count: int = 3, pause: float = 0.2) -> dict[str, int
 
 
 @job(app, name="ops.ask")
-def ask(ctx: TaskContext, question: str = "Proceed?", steps: int = 0) -> dict[str, object]:
-    """Ask for input once, then report ``steps`` progress steps and return the answer."""
+def ask(
+    ctx: TaskContext, question: str = "Proceed?", steps: int = 0, gate: str | None = None
+) -> dict[str, object]:
+    """Ask for input once, then report ``steps`` progress steps and return the answer.
+
+    With ``gate`` (a file path), wait after the first step until that file exists,
+    so a test can see the progress before the job goes on.
+    """
     answer = ctx.request_input(question)
     for step in range(1, steps + 1):
         time.sleep(0.2)
         ctx.progress(step / (steps + 1), f"step {step}")
+        if gate is not None and step == 1:
+            ctx.flush()
+            _wait_for_file(Path(gate), timeout=60.0)
     return {"answer": answer}
+
+
+def _wait_for_file(path: Path, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout}s")
+        time.sleep(0.05)
 
 
 @job(app, name="ops.boom")

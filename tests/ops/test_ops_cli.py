@@ -65,30 +65,36 @@ def test_inspecting_commands_print_json(ops: Ops) -> None:
 
 def test_watch_follows_a_task_until_it_finishes_as_json_lines(ops: Ops) -> None:
     queue = ops.deployment.queue
-    task = queue.submit("ops.ask", {"steps": 3})
+    gate = ops.deployment.root / "watch-gate"  # the job waits for it after its first step
+    task = queue.submit("ops.ask", {"steps": 3, "gate": str(gate)})
     ops.deployment.wait_status(task.id, TaskStatus.INPUT_REQUIRED)  # parked until resumed
     command = queuestore_command("tasks", "watch", "--json", "--timeout", "60", "--", task.id)
     with subprocess.Popen(
         command, env=ops.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as watcher:
         assert watcher.stdout is not None
-        first = json.loads(watcher.stdout.readline())  # the state when the watch opened
-        assert (first["id"], first["status"]) == (task.id, "input_required")
+        states = [json.loads(watcher.stdout.readline())]  # the state when the watch opened
+        assert (states[0]["id"], states[0]["status"]) == (task.id, "input_required")
         queue.resume(task.id, "go")  # the worker runs it again, while the watch is open
+        # The run's progress arrives while the job is still running, not only at its end.
+        while not (states[-1]["status"] == "working" and states[-1]["progress"] is not None):
+            line = watcher.stdout.readline()
+            assert line, f"the watch ended before any progress: {states}"
+            states.append(json.loads(line))
+            assert states[-1]["status"] in {"submitted", "working"}, states
+        gate.touch()
         rest = watcher.stdout.read()
         assert watcher.wait(timeout=60) == 0, watcher.stderr.read() if watcher.stderr else ""
-    states = [first] + [json.loads(line) for line in _lines(rest)]
+    states += [json.loads(line) for line in _lines(rest)]
     assert {state["id"] for state in states} == {task.id}
     versions = [state["version"] for state in states]
     assert versions == sorted(set(versions))
     assert states[-1]["status"] == "completed"
-    # The run's progress arrived as it happened, not only the two ends.
     progress = [
         state["progress"]
         for state in states
         if state["status"] == "working" and state["progress"] is not None
     ]
-    assert progress, states
     assert progress == sorted(progress)
 
 
