@@ -28,7 +28,9 @@ itself (:class:`KnownRows`, bounded). A save that starts from that row needs no
 read: its write is conditioned on the remembered version, and when another
 writer moved the row on (another replica, a delete) the write is refused and the
 save reads the row and applies as without the memory. Nothing above depends on
-what the memory holds.
+what the memory holds, with one known gap: a row deleted and created again under
+the same id by another process, that has reached the very version remembered, is
+not told apart from the old row (the store's own deletes forget it).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ class KnownRows:
     job's row is its worker's to write, and a terminal row takes no more
     writes. The memory is a hint: a save that uses it conditions its write on
     the remembered version, so a stale entry costs one refused write, never a
-    wrong one. Safe to use from several threads.
+    wrong one (but for the module's one known gap: an id recreated elsewhere at
+    the very version remembered). Safe to use from several threads.
 
     Args:
         capacity: how many rows to keep; 0 keeps none.
