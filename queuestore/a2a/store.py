@@ -110,13 +110,19 @@ class KnownRows:
             return row
 
     def remember(self, owner: str | None, row: Task) -> None:
-        """Keep ``row`` as the latest known for ``owner``; forget it when it is not kept."""
+        """Keep ``row`` as the latest known for ``owner``; forget it when it is not kept.
+
+        A read that returns after a save of the same row (two threads) does not
+        replace the newer version the save remembered.
+        """
         key = (owner, row.id)
         with self._lock:
             if row.name != SDK_TASK or row.is_terminal or not self.capacity:
                 self._rows.pop(key, None)
                 return
-            self._rows[key] = row
+            kept = self._rows.get(key)
+            if kept is None or kept.created_at != row.created_at or kept.version < row.version:
+                self._rows[key] = row
             self._rows.move_to_end(key)
             while len(self._rows) > self.capacity:
                 self._rows.popitem(last=False)

@@ -317,3 +317,20 @@ def test_known_rows_must_not_be_negative(store: TaskStore) -> None:
     with pytest.raises(ValueError, match="known_rows"):
         KnownRows(-1)
     assert KnownRows(0).capacity == 0
+
+
+def test_an_older_copy_of_the_same_row_does_not_replace_a_newer_one(store: TaskStore) -> None:
+    known = KnownRows(4)
+    older = store.create(SDK_TASK, owner="alice", task_id="t-order")
+    newer = store.update("t-order", status=Status.WORKING)
+
+    known.remember("alice", newer)
+    known.remember("alice", older)  # a read that returned after the save
+    assert known.get("alice", "t-order") == newer
+
+    store.delete("t-order")
+    again = store.create(SDK_TASK, owner="alice", task_id="t-order")
+    known.remember("alice", again)  # a new row of the same id: version 1 again
+    assert known.get("alice", "t-order") == again
+    known.remember("alice", store.cancel("t-order"))
+    assert known.get("alice", "t-order") is None  # terminal: forgotten
