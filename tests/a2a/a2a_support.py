@@ -8,14 +8,18 @@ when its module ends. Processes come from the integration harness.
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.helpers import new_text_message
 from a2a.server.context import ServerCallContext
+from a2a.types import Role, Task, TaskState, TaskStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
@@ -90,3 +94,38 @@ async def a2a_client(
 def call_context(user: str = "alice", tenant: str = "") -> ServerCallContext:
     """The context a request of ``user`` reaches the handler and the store with."""
     return ServerCallContext(user=NamedUser(user), tenant=tenant)
+
+
+T = TypeVar("T")
+
+ALICE = call_context("alice")
+BOB = call_context("bob")
+SUBMITTED = TaskState.TASK_STATE_SUBMITTED
+WORKING = TaskState.TASK_STATE_WORKING
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+CANCELED = TaskState.TASK_STATE_CANCELED
+
+
+def a2a_task(
+    task_id: str,
+    state: int = SUBMITTED,
+    *,
+    context_id: str = "ctx",
+    text: str = "hi",
+    message: str | None = None,
+) -> Task:
+    """An SDK task with one user message ``text``, and the agent's ``message`` as its status."""
+    task = Task(
+        id=task_id,
+        context_id=context_id,
+        status=TaskStatus(state=state),
+        history=[new_text_message(text, role=Role.ROLE_USER)],
+    )
+    if message is not None:
+        task.status.message.CopyFrom(new_text_message(message, role=Role.ROLE_AGENT))
+    return task
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run an async store call to its end from a plain test."""
+    return asyncio.run(coroutine)

@@ -10,54 +10,35 @@ on an SQL store.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from a2a.helpers import new_text_message
 from a2a.server.cluster.task_store import ConcurrentTaskModificationError
 from a2a.server.cluster.version import TaskVersion
 from a2a.types import (
     Artifact,
     Part,
-    Role,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
-    TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a_support import call_context
+from a2a_support import (
+    ALICE,
+    BOB,
+    CANCELED,
+    COMPLETED,
+    WORKING,
+    a2a_task,
+    run,
+)
 
 from queuestore import TaskStatus as Status
 from queuestore import TaskStore
 from queuestore.a2a import QueuestoreTaskStore, VersionedQueuestoreTaskStore
 from queuestore.a2a.store import SDK_TASK, KnownRows
-
-ALICE = call_context("alice")
-BOB = call_context("bob")
-SUBMITTED = TaskState.TASK_STATE_SUBMITTED
-WORKING = TaskState.TASK_STATE_WORKING
-COMPLETED = TaskState.TASK_STATE_COMPLETED
-CANCELED = TaskState.TASK_STATE_CANCELED
-
-
-def a2a_task(task_id: str, state: int = SUBMITTED, *, message: str | None = None) -> Task:
-    task = Task(
-        id=task_id,
-        context_id="ctx",
-        status=TaskStatus(state=state),
-        history=[new_text_message("hi", role=Role.ROLE_USER)],
-    )
-    if message is not None:
-        task.status.message.CopyFrom(new_text_message(message, role=Role.ROLE_AGENT))
-    return task
-
-
-def run(coroutine):  # type: ignore[no-untyped-def]
-    return asyncio.run(coroutine)
 
 
 class Statements:

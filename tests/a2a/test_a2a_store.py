@@ -30,7 +30,17 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import decode_list_tasks_cursor
-from a2a_support import call_context
+from a2a_support import (
+    ALICE,
+    BOB,
+    CANCELED,
+    COMPLETED,
+    SUBMITTED,
+    WORKING,
+    a2a_task,
+    call_context,
+    run,
+)
 
 from queuestore import TaskStatus as Status
 from queuestore import TaskStore
@@ -43,26 +53,6 @@ from queuestore.a2a import (
     resolve_owner,
 )
 from queuestore.a2a.convert import part_from_json, part_to_json, to_a2a
-
-ALICE = call_context("alice")
-BOB = call_context("bob")
-SUBMITTED = TaskState.TASK_STATE_SUBMITTED
-WORKING = TaskState.TASK_STATE_WORKING
-COMPLETED = TaskState.TASK_STATE_COMPLETED
-CANCELED = TaskState.TASK_STATE_CANCELED
-
-
-def a2a_task(
-    task_id: str, state: int = SUBMITTED, *, context_id: str = "ctx", text: str = "hi"
-) -> Task:
-    message = new_text_message(text, role=Role.ROLE_USER)
-    return Task(
-        id=task_id, context_id=context_id, status=TaskStatus(state=state), history=[message]
-    )
-
-
-def run(coroutine):  # type: ignore[no-untyped-def]
-    return asyncio.run(coroutine)
 
 
 def test_a_task_round_trips_with_history_metadata_artifacts_and_status_message(
