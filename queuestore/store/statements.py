@@ -108,18 +108,21 @@ class Prepared:
         rows = self.all(connection, params)
         return rows[0] if rows else None
 
-    def all(self, connection: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Run with ``params`` and return every row as ``{column: value}``."""
+    def arguments(self, params: Mapping[str, Any]) -> Any:
+        """The driver's arguments for :attr:`sql`: defaults filled in, values bound."""
         values = {**self._defaults, **params}
         for name, process in self._bind.items():
             if process is not None:
                 values[name] = process(values[name])
-        arguments: Any = values if self._order is None else [values[n] for n in self._order]
+        return values if self._order is None else [values[n] for n in self._order]
+
+    def all(self, connection: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Run with ``params`` and return every row as ``{column: value}``."""
         dbapi_connection = connection.connection.dbapi_connection
         assert dbapi_connection is not None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(self.sql, arguments)
+            cursor.execute(self.sql, self.arguments(params))
             rows = cursor.fetchall()
         finally:
             cursor.close()

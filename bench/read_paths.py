@@ -1,0 +1,130 @@
+"""How an asyncio caller reads one task: the thread hop against psycopg's async driver.
+
+    uv run python bench/read_paths.py [--gets N] [--rounds R]
+
+Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust). On a scratch database
+(dropped at the end) with 200 tasks of one owner, N owner-scoped gets of a task
+by id, on one event loop, one after another, each way:
+
+1. ``store.get`` called directly (blocks the loop: the floor of the sync path);
+2. ``await asyncio.to_thread(store.get, ...)``, what the A2A, MCP and HTTP
+   surfaces do today (``queuestore.aio``);
+3. the store's own compiled fetch statement (the task as one JSON text) on one
+   psycopg ``AsyncConnection``, decoded with ``Task.model_validate_json``;
+4. the same through a psycopg_pool ``AsyncConnectionPool`` (a checkout a get),
+   what an async read path in the store would use.
+
+Every figure is the median of ``--rounds`` interleaved rounds; the ratios are
+each way's rate over the thread hop's. Issue 9 reads it: A2A ``get`` is the
+thread hop plus the protobuf conversion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+import psycopg
+from benchkit import scratch_database
+from psycopg_pool import AsyncConnectionPool
+from rich.console import Console
+from rich.table import Table
+
+from queuestore import SqlTaskStore, Task
+from queuestore.store import statements
+
+OWNER = "alice"
+TASKS = 200
+
+
+def fetch_statement(store: SqlTaskStore) -> statements.Prepared:
+    """The statement ``store.get(task_id, owner=OWNER)`` runs on PostgreSQL."""
+    return statements.Prepared(
+        statements.as_task_json(statements.fetch_task("owner")),
+        store.engine.dialect,
+        [statements.TASK_JSON],
+    )
+
+
+async def rate(gets: int, get: Callable[[str], Awaitable[object]], ids: list[str]) -> float:
+    start = time.perf_counter()
+    for i in range(gets):
+        await get(ids[i % len(ids)])
+    return gets / (time.perf_counter() - start)
+
+
+async def run(url: str, gets: int, rounds: int) -> None:
+    store = SqlTaskStore(url)
+    ids = [store.create("bench.read", owner=OWNER).id for _ in range(TASKS)]
+    fetch = fetch_statement(store)
+
+    async def direct(task_id: str) -> Task:
+        return store.get(task_id, owner=OWNER)
+
+    async def thread(task_id: str) -> Task:
+        return await asyncio.to_thread(store.get, task_id, owner=OWNER)
+
+    async def on(connection: psycopg.AsyncConnection[tuple[str]], task_id: str) -> Task:
+        arguments = fetch.arguments({"task_id": task_id, "owner": OWNER})
+        cursor = await connection.execute(fetch.sql, arguments, prepare=True)
+        row = await cursor.fetchone()
+        assert row is not None
+        return Task.model_validate_json(row[0])
+
+    connection = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    pool = AsyncConnectionPool(url, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False)
+    await pool.open()
+
+    async def one_connection(task_id: str) -> Task:
+        return await on(connection, task_id)
+
+    async def pooled(task_id: str) -> Task:
+        async with pool.connection() as checked_out:
+            return await on(checked_out, task_id)
+
+    ways: dict[str, Callable[[str], Awaitable[object]]] = {
+        "store.get, direct (blocks the loop)": direct,
+        "to_thread(store.get) (today)": thread,
+        "AsyncConnection": one_connection,
+        "AsyncConnectionPool": pooled,
+    }
+    try:
+        for way in ways.values():  # warm-up: connections, prepared statements
+            await rate(200, way, ids)
+        rates: dict[str, list[float]] = {name: [] for name in ways}
+        for round_ in range(1, rounds + 1):
+            for name, way in ways.items():
+                rates[name].append(await rate(gets, way, ids))
+            print(
+                f"round {round_}/{rounds}: " + ", ".join(f"{r[-1]:,.0f}/s" for r in rates.values())
+            )
+    finally:
+        await pool.close()
+        await connection.close()
+        store.close()
+
+    hop = statistics.median(rates["to_thread(store.get) (today)"])
+    table = Table(title=f"One task read from asyncio, {gets} gets, median of {rounds} rounds")
+    for column in ("way", "gets/s", "vs the thread hop", "rounds"):
+        table.add_column(column, justify="left" if column == "way" else "right")
+    for name, values in rates.items():
+        median = statistics.median(values)
+        rounds_text = " ".join(f"{value:,.0f}" for value in values)
+        table.add_row(name, f"{median:,.0f}", f"{median / hop:.2f}x", rounds_text)
+    Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gets", type=int, default=2000, help="gets per way and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with scratch_database("queuestore_bench_reads", migrate=True) as url:
+        asyncio.run(run(url, args.gets, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
