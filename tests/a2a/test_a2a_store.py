@@ -396,3 +396,42 @@ def test_a_jobs_task_is_written_by_its_worker_and_the_sdk_adds_history_only(
     failed = a2a_task("t-job", TaskState.TASK_STATE_FAILED)
     run(ours.save(failed, ALICE))
     assert store.get("t-job").status is Status.FAILED
+
+
+def test_a_relayed_event_of_a_job_that_ends_during_the_save_leaves_the_end_standing(
+    store: TaskStore,
+) -> None:
+    """The worker's end lands between the save's read and its write (seen on CI)."""
+    versioned = VersionedQueuestoreTaskStore(store)
+    first = new_text_message("first", role=Role.ROLE_USER)
+    row = store.create(
+        "agent.job",
+        owner="alice",
+        context_id="ctx",
+        task_id="t-ends",
+        metadata={"a2a": convert.content_for(Task(history=[first]))},
+    )
+    row = store.update(row.id, status=Status.WORKING, progress=0.5)
+    fetch = store._fetch  # type: ignore[attr-defined]
+    ended: list[int] = []
+
+    def fetch_then_the_worker_ends_it(task_id: str, scope: object) -> object:
+        read = fetch(task_id, scope)
+        if not ended:
+            ended.append(store.update(task_id, status=Status.COMPLETED, result={"ok": 1}).version)
+        return read
+
+    store._fetch = fetch_then_the_worker_ends_it  # type: ignore[attr-defined]
+    copy = a2a_task("t-ends", WORKING, text="first")
+    copy.history.append(new_text_message("second", role=Role.ROLE_USER))  # a write to make
+    event = TaskStatusUpdateEvent(task_id="t-ends", context_id="ctx", status=copy.status)
+
+    version = run(
+        versioned.save(
+            copy, event=event, prev=None, prev_version=TaskVersion(row.version), context=ALICE
+        )
+    )
+
+    after = store.get("t-ends")
+    assert (after.status, after.result) == (Status.COMPLETED, {"ok": 1})
+    assert version == TaskVersion(ended[0]) == TaskVersion(after.version)
