@@ -42,6 +42,7 @@ from a2a_support import (
     run,
 )
 
+from queuestore import Task as Row
 from queuestore import TaskStatus as Status
 from queuestore import TaskStore
 from queuestore.a2a import (
@@ -367,19 +368,25 @@ def test_the_event_stream_delivers_each_new_version_until_the_end(store: TaskSto
     assert "artifact:result" in seen
 
 
-def test_a_jobs_task_is_written_by_its_worker_and_the_sdk_adds_history_only(
-    store: TaskStore,
-) -> None:
-    ours = QueuestoreTaskStore(store)
+def _working_job(store: TaskStore, task_id: str) -> Row:
+    """A job's row of alice's, working half way, its A2A history the user's "first"."""
     first = new_text_message("first", role=Role.ROLE_USER)
     row = store.create(
         "agent.job",
         owner="alice",
         context_id="ctx",
-        task_id="t-job",
+        task_id=task_id,
         metadata={"a2a": convert.content_for(Task(history=[first]))},
     )
-    store.update(row.id, status=Status.WORKING, progress=0.5, status_message="worker says")
+    return store.update(row.id, status=Status.WORKING, progress=0.5)
+
+
+def test_a_jobs_task_is_written_by_its_worker_and_the_sdk_adds_history_only(
+    store: TaskStore,
+) -> None:
+    ours = QueuestoreTaskStore(store)
+    row = _working_job(store, "t-job")
+    store.update(row.id, status_message="worker says")
     store.add_artifact(row.id, {"artifact_id": "w", "parts": ["from the worker"]})
     copy = a2a_task("t-job", COMPLETED)  # an SDK copy: other status, no artifacts
     del copy.history[:]  # a copy that never saw the first message
@@ -403,15 +410,7 @@ def test_a_relayed_event_of_a_job_that_ends_during_the_save_leaves_the_end_stand
 ) -> None:
     """The worker's end lands between the save's read and its write (seen on CI)."""
     versioned = VersionedQueuestoreTaskStore(store)
-    first = new_text_message("first", role=Role.ROLE_USER)
-    row = store.create(
-        "agent.job",
-        owner="alice",
-        context_id="ctx",
-        task_id="t-ends",
-        metadata={"a2a": convert.content_for(Task(history=[first]))},
-    )
-    row = store.update(row.id, status=Status.WORKING, progress=0.5)
+    row = _working_job(store, "t-ends")
     fetch = store._fetch  # type: ignore[attr-defined]
     ended: list[int] = []
 
