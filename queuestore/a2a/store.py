@@ -477,13 +477,12 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         try:
             return self.store.update(current.id, owner=owner, **values)
         except InvalidTransition as exc:
-            if target not in TERMINAL:
-                ended = self._get(current.id, owner)
-                if ended is not None and ended.is_terminal:
-                    # The worker ended the job since the read: its end is the record,
-                    # and an earlier version the SDK relays has nothing left to add.
-                    return ended
-            raise ConcurrentTaskModificationError(task.id) from exc
+            ended = self._get(current.id, owner)
+            if ended is None or not ended.is_terminal:
+                raise ConcurrentTaskModificationError(task.id) from exc
+            # The worker ended the job since the read: the rule for a save to a
+            # finished task decides (a relayed earlier version adds nothing).
+            return self._apply(ended, task, target, event, TaskVersion(ended.version), owner)
 
     def _save_sdk_task(
         self,
