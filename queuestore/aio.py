@@ -1,14 +1,18 @@
 """Async twins of the store and the queue, for asyncio servers (MCP, A2A, ASGI apps).
 
-Each call runs the one sync implementation in a worker thread, so the two
-forms cannot drift apart and the event loop never blocks on the database or
-the broker.
+Each call runs the one sync implementation off the event loop, so the two forms
+cannot drift apart and the loop never blocks on the database or the broker: in
+a worker thread, or, for the store's verbs inside the store's ``open_async``
+block on PostgreSQL, in a greenlet on the loop's own async connections (see
+:mod:`queuestore.store.loop`). ``wait`` and the queue's verbs, which block on
+notifications or the broker, keep the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +30,12 @@ class AsyncTaskStore:
     def __init__(self, store: TaskStore) -> None:
         self.sync = store
 
+    def open(
+        self, *, max_connections: int = 4, timeout: float = 5.0
+    ) -> AbstractAsyncContextManager[None]:
+        """The store's :meth:`~TaskStore.open_async`: ``async with astore.open(): ...``."""
+        return self.sync.open_async(max_connections=max_connections, timeout=timeout)
+
     async def create(
         self,
         name: str,
@@ -38,7 +48,7 @@ class AsyncTaskStore:
         task_id: str | None = None,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
-        return await asyncio.to_thread(
+        return await self.sync.run_async(
             self.sync.create,
             name,
             input,
@@ -51,7 +61,7 @@ class AsyncTaskStore:
 
     async def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
         """See :meth:`TaskStore.get`."""
-        return await asyncio.to_thread(self.sync.get, task_id, owner=owner)
+        return await self.sync.run_async(self.sync.get, task_id, owner=owner)
 
     async def list(
         self,
@@ -65,7 +75,7 @@ class AsyncTaskStore:
         cursor: str | None = None,
     ) -> TaskPage:
         """See :meth:`TaskStore.list`."""
-        return await asyncio.to_thread(
+        return await self.sync.run_async(
             self.sync.list,
             owner=owner,
             status=status,
@@ -86,7 +96,7 @@ class AsyncTaskStore:
         updated_after: datetime | None = None,
     ) -> int:
         """See :meth:`TaskStore.count`."""
-        return await asyncio.to_thread(
+        return await self.sync.run_async(
             self.sync.count,
             owner=owner,
             status=status,
@@ -109,7 +119,7 @@ class AsyncTaskStore:
         owner: Owner = ANY,
     ) -> Task:
         """See :meth:`TaskStore.update`."""
-        return await asyncio.to_thread(
+        return await self.sync.run_async(
             self.sync.update,
             task_id,
             status=status,
@@ -131,21 +141,21 @@ class AsyncTaskStore:
         owner: Owner = ANY,
     ) -> Task:
         """See :meth:`TaskStore.add_artifact`."""
-        return await asyncio.to_thread(
+        return await self.sync.run_async(
             self.sync.add_artifact, task_id, artifact, append=append, owner=owner
         )
 
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskStore.cancel`."""
-        return await asyncio.to_thread(self.sync.cancel, task_id, owner=owner, reason=reason)
+        return await self.sync.run_async(self.sync.cancel, task_id, owner=owner, reason=reason)
 
     async def delete(self, task_id: str, *, owner: Owner = ANY) -> None:
         """See :meth:`TaskStore.delete`."""
-        await asyncio.to_thread(self.sync.delete, task_id, owner=owner)
+        await self.sync.run_async(self.sync.delete, task_id, owner=owner)
 
     async def cleanup(self, ttl: timedelta, *, batch_size: int = 1000) -> int:
         """See :meth:`TaskStore.cleanup`."""
-        return await asyncio.to_thread(self.sync.cleanup, ttl, batch_size=batch_size)
+        return await self.sync.run_async(self.sync.cleanup, ttl, batch_size=batch_size)
 
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> AsyncWatch:
         """See :meth:`TaskStore.watch`; open it with ``async with``."""

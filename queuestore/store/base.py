@@ -9,10 +9,12 @@ the workers' verbs (claim, heartbeat, report, reap) in
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from queuestore import validation as check
 from queuestore.cursor import CursorKey
@@ -42,6 +44,9 @@ from queuestore.store.rules import (
     Write,
 )
 from queuestore.watch import Watch
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 __all__ = [
     "UNSET",
@@ -396,6 +401,42 @@ class TaskStore(WorkerProtocol):
         """
         ids = None if task_ids is None else [check.task_id(task_id) for task_id in task_ids]
         return Watch(self._feed, self._scope(owner), ids)
+
+    @asynccontextmanager
+    async def open_async(
+        self, *, max_connections: int = 4, timeout: float = 5.0
+    ) -> AsyncIterator[None]:
+        """Run :meth:`run_async` calls on the running event loop's own connections.
+
+        Outside this block :meth:`run_async` runs the sync code in a worker
+        thread. Inside it, on the loop that opened it, a store whose database
+        has an async driver runs it on the loop instead (:class:`SqlTaskStore`
+        on PostgreSQL, see :mod:`queuestore.store.loop`): no thread hop. Open it
+        where the loop lives as long as the server, in its lifespan
+        (``A2AServer`` and the HTTP app do); blocks may nest, and blocks on one
+        loop share one pool. Other stores and other loops keep the thread.
+
+        Args:
+            max_connections: the most connections the loop's calls hold open.
+            timeout: seconds a call waits for one of them when all are busy.
+
+        Raises:
+            ValueError: ``max_connections`` below 1 or ``timeout`` not positive.
+        """
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be 1 or more, not {max_connections}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout}")
+        yield
+
+    async def run_async(self, call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Await ``call(*args, **kwargs)``, sync code of this store's, without blocking the loop.
+
+        In a worker thread, or on the loop's own connections inside
+        :meth:`open_async`. ``call`` may do anything the store's verbs do; what
+        else it blocks on goes through :func:`queuestore.store.loop.blocking`.
+        """
+        return await asyncio.to_thread(call, *args, **kwargs)
 
     def wait(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """Block until the task is terminal or ``timeout`` seconds pass; return it then.

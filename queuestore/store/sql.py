@@ -8,13 +8,15 @@ embedded SQLite file has one process's clock at a time.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import (
@@ -44,6 +46,8 @@ from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store import statements
 from queuestore.store.base import TaskStore
+from queuestore.store.loop import loop_engine
+from queuestore.store.loop import run as run_on_loop
 from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import (
     Listener,
@@ -54,6 +58,13 @@ from queuestore.store.rules import (
 )
 from queuestore.store.schema import UTCDateTime
 from queuestore.store.statements import Clock, PageShape, Prepared, WriteShape
+
+if TYPE_CHECKING:
+    from sqlalchemy import URL
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +147,7 @@ class SqlTaskStore(TaskStore):
         self._clock_sql = Clock(database_clock=self._postgres)
         self._prepared: dict[object, Prepared] = {}
         self._pid = os.getpid()
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopEngine] = {}
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -160,11 +172,48 @@ class SqlTaskStore(TaskStore):
             return
         self._pid = os.getpid()
         self.engine.dispose(close=False)
+        self._loops = {}  # the parent's event loops and their connections
 
     def close(self) -> None:
         """Dispose of the engine's pool if the store created the engine."""
         if self._owns_engine:
             self.engine.dispose()
+
+    @asynccontextmanager
+    async def open_async(
+        self, *, max_connections: int = 4, timeout: float = 5.0
+    ) -> AsyncIterator[None]:
+        """On PostgreSQL, run the loop's :meth:`run_async` calls on its own connections.
+
+        See :meth:`TaskStore.open_async`. The loop's engine is an async engine
+        (psycopg's async driver) on the store engine's URL; on SQLite the calls
+        keep their thread.
+        """
+        async with super().open_async(max_connections=max_connections, timeout=timeout):
+            if not self._postgres:
+                yield
+                return
+            loop = asyncio.get_running_loop()
+            opened = self._loops.get(loop)
+            if opened is None:
+                opened = self._loops[loop] = _LoopEngine.create(
+                    self.engine.url, max_connections=max_connections, timeout=timeout
+                )
+            opened.users += 1
+            try:
+                yield
+            finally:
+                opened.users -= 1
+                if not opened.users:
+                    del self._loops[loop]
+                    await opened.engine.dispose()
+
+    async def run_async(self, call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """See :meth:`TaskStore.run_async`."""
+        opened = self._loops.get(asyncio.get_running_loop()) if self._loops else None
+        if opened is None:
+            return await super().run_async(call, *args, **kwargs)
+        return await run_on_loop(self, opened.engine.sync_engine, call, *args, **kwargs)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -182,7 +231,8 @@ class SqlTaskStore(TaskStore):
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         """A connection on which each statement commits by itself."""
-        with self._guard(), self._statements.connect() as connection:
+        engine = loop_engine(self) or self._statements
+        with self._guard(), engine.connect() as connection:
             yield connection
 
     def _clock(self, now: datetime | None = None) -> ColumnElement[datetime]:
@@ -251,10 +301,10 @@ class SqlTaskStore(TaskStore):
                     return prepared.all(connection, params)
                 except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
                     driver = connection.connection.dbapi_connection
-                    lost = self.engine.dialect.is_disconnect(exc, driver, None)
+                    lost = connection.dialect.is_disconnect(exc, driver, None)
                     connection.invalidate(exc)
                     if lost:
-                        self.engine.pool.dispose()
+                        connection.engine.pool.dispose()
                     if not lost or attempt == tries:
                         raise StoreUnavailable(f"database unavailable: {exc}") from exc
         raise AssertionError("unreachable")
@@ -505,6 +555,27 @@ def _page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, 
 def _parse_change(payload: str) -> StatusChange:
     task_id, _, status = payload.rpartition(":")
     return task_id, TaskStatus(status)
+
+
+@dataclass(eq=False)
+class _LoopEngine:
+    """An event loop's async engine, shared by the ``open_async`` blocks open on it."""
+
+    engine: AsyncEngine
+    users: int = 0
+
+    @classmethod
+    def create(cls, url: URL, *, max_connections: int, timeout: float) -> _LoopEngine:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(
+            url.set(drivername="postgresql+psycopg"),  # psycopg 3, whatever the sync driver
+            isolation_level="AUTOCOMMIT",
+            pool_size=max_connections,
+            max_overflow=0,
+            pool_timeout=timeout,
+        )
+        return cls(engine)
 
 
 def _autocommit(engine: Engine) -> bool:
