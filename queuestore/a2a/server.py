@@ -112,12 +112,17 @@ class A2AServer:
         ]
 
     def app(self) -> Starlette:
-        """A Starlette app serving :meth:`routes`, draining the handler on shutdown."""
+        """A Starlette app serving :meth:`routes`, draining the handler on shutdown.
+
+        While it runs, the store's reads run on the server's event loop
+        (:meth:`~queuestore.TaskStore.open_async`).
+        """
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
-            yield
-            await self.handler.aclose()
+            async with self.store.store.open_async():
+                yield
+                await self.handler.aclose()
 
         return Starlette(routes=self.routes(), lifespan=lifespan)
 

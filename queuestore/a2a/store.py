@@ -35,7 +35,6 @@ not told apart from the old row (the store's own deletes forget it).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections import OrderedDict
@@ -63,6 +62,7 @@ from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, 
 from queuestore.models import TERMINAL, TRANSITIONS, Task, TaskStatus
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
+from queuestore.store.loop import blocking
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         owner = self.owner_resolver(context)
         # MISSING is the SDK's first write: the task manager found no task to read.
         first = prev_version.is_missing and isinstance(event, A2ATask)
-        version = await asyncio.to_thread(
+        version = await self.store.run_async(
             self._save, task, event, prev_version, owner, first_write=first
         )
         return TaskVersion(version)
@@ -228,14 +228,14 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         applied, under the same rules as :meth:`save`.
         """
         owner = self.owner_resolver(context)
-        version = await asyncio.to_thread(
+        version = await self.store.run_async(
             self._save, task, None, TaskVersion.MISSING, owner, insert_first=True
         )
         return TaskVersion(version)
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
         """The task and its version if ``context``'s owner may see it."""
-        row = await asyncio.to_thread(self._get, task_id, self.owner_resolver(context))
+        row = await self.store.run_async(self._get, task_id, self.owner_resolver(context))
         if row is None:
             return None
         return StoredTask(convert.to_a2a(row), TaskVersion(row.version))
@@ -247,18 +247,18 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             InvalidParamsError: a bad page size, page token or filter.
         """
         owner = self.owner_resolver(context)
-        return await asyncio.to_thread(list_page, self.store, params, owner)
+        return await list_page(self.store, params, owner)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         """Delete the task if ``context``'s owner may see it; nothing otherwise."""
         owner = self.owner_resolver(context)
         self.known.forget(owner, task_id)
         try:
-            await asyncio.to_thread(self.store.delete, task_id, owner=owner)
+            await self.store.run_async(self.store.delete, task_id, owner=owner)
         except InvalidTaskData:
             return
 
-    # -- implementation (runs in a worker thread) --------------------------
+    # -- implementation (sync: run by the store's run_async) -----------------
 
     def _get(self, task_id: str, owner: str | None) -> Task | None:
         try:
@@ -375,7 +375,8 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         context_id = task.context_id or None
         try:
             if request is not None and self.queue is not None:
-                return self.queue.submit(
+                return blocking(  # publishes the job
+                    self.queue.submit,
                     request.name,
                     request.input,
                     owner=owner,
@@ -442,7 +443,7 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         reason = convert.text_of(task.status.message) if task.status.HasField("message") else None
         try:
             if self.queue is not None and current.name != SDK_TASK:
-                return self.queue.cancel(current.id, owner=owner, reason=reason)
+                return blocking(self.queue.cancel, current.id, owner=owner, reason=reason)
             return self.store.cancel(current.id, owner=owner, reason=reason)
         except (InvalidTransition, TaskNotFound) as exc:
             if known_row:
