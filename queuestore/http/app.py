@@ -77,7 +77,8 @@ def create_app(
         app.state.queuestore = service
         app.state.metrics = _metrics_of(served)
         try:
-            yield
+            async with served.store.open_async():
+                yield
         finally:
             service.close_streams()
             if given is None:
