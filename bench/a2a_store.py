@@ -26,7 +26,8 @@ asyncio + asyncpg) and queuestore's ``QueuestoreTaskStore`` and
 
 After a warm-up (50 saves and gets per store) every table is ``ANALYZE``d, so the
 planner has statistics even where autovacuum is off. Calls run one after another
-on one event loop; every figure is the median of
+on one event loop (queuestore's reads on psycopg's async driver, as in
+``A2AServer``'s lifespan); every figure is the median of
 ``--rounds`` rounds; ratios are queuestore's rate over ``DatabaseTaskStore``'s.
 
 The floor beside them: the raw operation each figure cannot beat, one psycopg
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import threading
 import time
@@ -298,6 +300,9 @@ async def run(url: str, tasks: int, samples: int, rounds: int) -> None:
     await sdk_versioned.initialize()
     store = SqlTaskStore(url)
     store.migrate()
+    # As A2AServer's lifespan does: the loop's reads on psycopg's async driver.
+    served = contextlib.AsyncExitStack()
+    await served.enter_async_context(store.open_async())
     subjects = [
         Subject("a2a-sdk DatabaseTaskStore", sdk_plain, versioned=False),
         Subject("a2a-sdk VersionedDatabaseTaskStore", sdk_versioned, versioned=True),
@@ -380,6 +385,7 @@ async def run(url: str, tasks: int, samples: int, rounds: int) -> None:
     p50_ratio = percentile(theirs, 0.5) / percentile(ours, 0.5)
     console.print(f"status-write event delay p50: {p50_ratio:.1f}x shorter than the SDK's stream")
     await engine.dispose()
+    await served.aclose()
     store.close()
 
 

@@ -7,22 +7,26 @@ Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust). On a scratch database
 by id, on one event loop, one after another, each way:
 
 1. ``store.get`` called directly (blocks the loop: the floor of the sync path);
-2. ``await asyncio.to_thread(store.get, ...)``, what the A2A, MCP and HTTP
-   surfaces do today (``queuestore.aio``);
-3. the store's own compiled fetch statement (the task as one JSON text) on one
-   psycopg ``AsyncConnection``, decoded with ``Task.model_validate_json``;
-4. the same through a psycopg_pool ``AsyncConnectionPool`` (a checkout a get),
-   what an async read path in the store would use.
+2. ``await store.run_async(store.get, ...)`` outside ``open_async``: a worker
+   thread (``asyncio.to_thread``), what the async surfaces do on a store that
+   was not opened on the loop;
+3. the same inside ``store.open_async()``: the sync code in a greenlet on the
+   loop's own async engine (``queuestore.store.loop``), what ``A2AServer`` and
+   the HTTP app do;
+4. the store's own compiled fetch statement (the task as one JSON text) on one
+   psycopg ``AsyncConnection``, decoded with ``Task.model_validate_json``: the
+   async driver's floor;
+5. the same through a psycopg_pool ``AsyncConnectionPool`` (a checkout a get).
 
 Every figure is the median of ``--rounds`` interleaved rounds; the ratios are
-each way's rate over the thread hop's. Issue 9 reads it: A2A ``get`` is the
-thread hop plus the protobuf conversion.
+each way's rate over the thread hop's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -65,7 +69,10 @@ async def run(url: str, gets: int, rounds: int) -> None:
         return store.get(task_id, owner=OWNER)
 
     async def thread(task_id: str) -> Task:
-        return await asyncio.to_thread(store.get, task_id, owner=OWNER)
+        return await store.run_async(store.get, task_id, owner=OWNER)
+
+    async def on_loop(task_id: str) -> Task:
+        return await opened.run_async(opened.get, task_id, owner=OWNER)
 
     async def on(connection: psycopg.AsyncConnection[tuple[str]], task_id: str) -> Task:
         arguments = fetch.arguments({"task_id": task_id, "owner": OWNER})
@@ -77,6 +84,9 @@ async def run(url: str, gets: int, rounds: int) -> None:
     connection = await psycopg.AsyncConnection.connect(url, autocommit=True)
     pool = AsyncConnectionPool(url, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False)
     await pool.open()
+    opened = SqlTaskStore(url)  # a second store, the one opened on the loop
+    on_the_loop = contextlib.AsyncExitStack()
+    await on_the_loop.enter_async_context(opened.open_async())
 
     async def one_connection(task_id: str) -> Task:
         return await on(connection, task_id)
@@ -87,7 +97,8 @@ async def run(url: str, gets: int, rounds: int) -> None:
 
     ways: dict[str, Callable[[str], Awaitable[object]]] = {
         "store.get, direct (blocks the loop)": direct,
-        "to_thread(store.get) (today)": thread,
+        "run_async(store.get), a thread": thread,
+        "run_async(store.get) in open_async": on_loop,
         "AsyncConnection": one_connection,
         "AsyncConnectionPool": pooled,
     }
@@ -102,11 +113,13 @@ async def run(url: str, gets: int, rounds: int) -> None:
                 f"round {round_}/{rounds}: " + ", ".join(f"{r[-1]:,.0f}/s" for r in rates.values())
             )
     finally:
+        await on_the_loop.aclose()
         await pool.close()
         await connection.close()
         store.close()
+        opened.close()
 
-    hop = statistics.median(rates["to_thread(store.get) (today)"])
+    hop = statistics.median(rates["run_async(store.get), a thread"])
     table = Table(title=f"One task read from asyncio, {gets} gets, median of {rounds} rounds")
     for column in ("way", "gets/s", "vs the thread hop", "rounds"):
         table.add_column(column, justify="left" if column == "way" else "right")
