@@ -69,7 +69,7 @@ def ping(ctx: TaskContext) -> str:
 
 def build_server() -> Server:
     """The low-level server with the task tools and methods of both protocol eras."""
-    server: Server = Server("queuestore-example", version="1")
+    server: Server = Server("queuestore-example", version="1", lifespan=tasks.lifespan)
     tasks.attach(server)
     return server
 

@@ -19,9 +19,10 @@ owner filter, cursors, cancel) are the store's and the queue's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +59,8 @@ class McpTasks:
         @tasks.tool(task_support="optional")
         def slow_add(ctx: TaskContext, a: int, b: int) -> int: ...
 
-        server = Server("demo")          # the low-level server, or
-        mcp = MCPServer("demo", extensions=[tasks.extension])
+        server = Server("demo", lifespan=tasks.lifespan)          # the low-level server, or
+        mcp = MCPServer("demo", extensions=[tasks.extension], lifespan=tasks.lifespan)
         tasks.attach(server)             # (or tasks.attach(mcp))
 
     Args:
@@ -150,6 +151,14 @@ class McpTasks:
     async def aclose(self) -> None:
         """Stop the status notifiers of this process (they also end with their task)."""
         await self.handshake.aclose()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _server: object) -> AsyncIterator[dict[str, Any]]:
+        """A server lifespan (``Server(..., lifespan=tasks.lifespan)``): the store opened
+        on the server's event loop while it runs, so the task methods' store calls take
+        no thread hop (see ``TaskStore.open_async``)."""
+        async with self.queue.store.open():
+            yield {}
 
     @property
     def queue(self) -> AsyncTaskQueue:

@@ -117,10 +117,14 @@ def main() -> None:
     verifier = StaticTokens() if options.auth else None
     if options.mcpserver:
         server: Server | MCPServer = MCPServer(
-            "mcp-tests", extensions=[tasks.extension], auth=auth, token_verifier=verifier
+            "mcp-tests",
+            extensions=[tasks.extension],
+            auth=auth,
+            token_verifier=verifier,
+            lifespan=tasks.lifespan,
         )
     else:
-        server = Server("mcp-tests")
+        server = Server("mcp-tests", lifespan=tasks.lifespan)
     tasks.attach(server)
     if options.http is None:
         import anyio
