@@ -100,6 +100,21 @@ def pg_admin_url() -> URL:
     return url
 
 
+def terminate_connections(database: str) -> int:
+    """Kill every server-side connection to ``database`` (a restart, as clients see it)."""
+    import psycopg
+
+    admin_url = pg_admin_url().set(drivername="postgresql")
+    with psycopg.connect(admin_url.render_as_string(hide_password=False), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 @contextmanager
 def fresh_pg_database(prefix: str = "queuestore_test") -> Iterator[URL]:
     """A new, empty PostgreSQL database, dropped (with its connections) on exit."""

@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
 from http_support import events, raw_events, snapshot
@@ -542,23 +541,13 @@ def test_dropped_database_connections_are_503_then_recover(
     deployment = make_deployment()
     api = deployment.start_api()
     database = make_url(deployment.deployment.database_url).database
-    admin_url = shared.pg_admin_url().set(drivername="postgresql")
     try:
         with api.client("token-alice") as client:
             task = create(client, "http.steps")  # no worker: it stays submitted
             with client.stream("GET", f"/tasks/{task['id']}/events") as stream:
                 received = events(stream)
                 assert next(received)["status"] == "submitted"
-                with psycopg.connect(
-                    admin_url.render_as_string(hide_password=False), autocommit=True
-                ) as admin:
-                    killed = admin.execute(
-                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                        "WHERE datname = %s AND pid <> pg_backend_pid()",
-                        (database,),
-                    ).fetchone()
-                assert killed is not None
-                assert killed[0] >= 1
+                assert shared.terminate_connections(database) >= 1
 
                 # Reads are retried on a fresh connection; a write that cannot be is a 503.
                 cancel = client.post(f"/tasks/{task['id']}/cancel")

@@ -7,7 +7,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import pytest
 
 from queuestore import (
@@ -241,20 +240,6 @@ def test_concurrent_calls_wait_for_the_loops_connections(store: SqlTaskStore) ->
 def test_reads_on_the_loop_ride_out_dropped_connections(shared: Any) -> None:
     """Every server-side connection of the database is killed between two reads (a restart,
     as the pool sees it): the next read is tried again on a fresh connection."""
-    admin_url = shared.pg_admin_url().set(drivername="postgresql")
-
-    def kill_connections(database: str) -> int:
-        with psycopg.connect(
-            admin_url.render_as_string(hide_password=False), autocommit=True
-        ) as admin:
-            row = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database,),
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
-
     # A database of its own: the killing must not reach other tests' pooled connections.
     with shared.fresh_pg_database("queuestore_ride_out") as url:
         store = SqlTaskStore(url.render_as_string(hide_password=False))
@@ -265,7 +250,7 @@ def test_reads_on_the_loop_ride_out_dropped_connections(shared: Any) -> None:
             async def run() -> list[Any]:
                 async with store.open_async(max_connections=2):
                     read = [await store.run_async(store.get, task.id)]
-                    assert await asyncio.to_thread(kill_connections, url.database) >= 1
+                    assert await asyncio.to_thread(shared.terminate_connections, url.database) >= 1
                     read.append(await store.run_async(store.get, task.id))
                     read.append(await store.run_async(store.count, owner="alice"))
                     return read
