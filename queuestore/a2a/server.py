@@ -114,8 +114,8 @@ class A2AServer:
     def app(self) -> Starlette:
         """A Starlette app serving :meth:`routes`, draining the handler on shutdown.
 
-        While it runs, the store's reads run on the server's event loop
-        (:meth:`~queuestore.TaskStore.open_async`).
+        While it runs, the store's calls run on the server's event loop, on its
+        own connections (:meth:`~queuestore.TaskStore.open_async`).
         """
 
         @contextlib.asynccontextmanager

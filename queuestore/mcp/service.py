@@ -59,7 +59,8 @@ class McpTasks:
         @tasks.tool(task_support="optional")
         def slow_add(ctx: TaskContext, a: int, b: int) -> int: ...
 
-        server = Server("demo", lifespan=tasks.lifespan)          # the low-level server, or
+        # the low-level server, or MCPServer (its extensions fixed at construction)
+        server = Server("demo", lifespan=tasks.lifespan)
         mcp = MCPServer("demo", extensions=[tasks.extension], lifespan=tasks.lifespan)
         tasks.attach(server)             # (or tasks.attach(mcp))
 
