@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from queuestore import (
@@ -284,3 +285,34 @@ def test_an_unreachable_database_raises_store_unavailable_on_the_loop(
         asyncio.run(run())
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", POSTGRES)
+def test_a_call_cancelled_while_it_waits_on_the_database_leaves_the_loop_sound(
+    store: SqlTaskStore, postgres_url: str
+) -> None:
+    """A client goes away while its write waits on a row lock: the coroutine is cancelled,
+    the statement with it, and the loop's next calls run on sound connections."""
+    task = store.create("a.job")
+    conninfo = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+
+    async def run() -> list[Any]:
+        async with store.open_async(max_connections=1):
+            with psycopg.connect(conninfo) as locker:  # holds the row until it commits
+                locker.execute(
+                    "SELECT 1 FROM queuestore_tasks WHERE id = %s FOR UPDATE", (task.id,)
+                )
+                waiting = asyncio.create_task(store.run_async(store.update, task.id, progress=0.5))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()  # blocked on the lock
+                waiting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+                locker.commit()
+            # The one connection of the loop serves the next calls.
+            after = await store.run_async(store.get, task.id)
+            updated = await store.run_async(store.update, task.id, progress=0.75)
+            return [after.progress, updated.progress, updated.version - task.version]
+
+    # The cancelled write never applied: the next one is the first after create.
+    assert asyncio.run(run()) == [None, 0.75, 1]
