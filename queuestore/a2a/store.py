@@ -91,11 +91,20 @@ class KnownRows:
     """
 
     def __init__(self, capacity: int = DEFAULT_KNOWN_ROWS) -> None:
-        if capacity < 0:
-            raise ValueError(f"known_rows must be 0 or more, not {capacity}")
-        self.capacity = capacity
+        self.capacity = self.checked(capacity)
         self._rows: OrderedDict[tuple[str | None, str], Task] = OrderedDict()
         self._lock = threading.Lock()
+
+    @staticmethod
+    def checked(capacity: int) -> int:
+        """``capacity``, if it is one (0 or more).
+
+        Raises:
+            ValueError: ``capacity`` is negative.
+        """
+        if capacity < 0:
+            raise ValueError(f"known_rows must be 0 or more, not {capacity}")
+        return capacity
 
     def __len__(self) -> int:
         with self._lock:
@@ -600,8 +609,7 @@ class QueuestoreTaskStore(A2ATaskStore):
         known_rows: int = DEFAULT_KNOWN_ROWS,
     ) -> None:
         if isinstance(backend, VersionedQueuestoreTaskStore):
-            if known_rows < 0:
-                raise ValueError(f"known_rows must be 0 or more, not {known_rows}")
+            KnownRows.checked(known_rows)  # refused alike, though the shared store's is kept
             self.versioned = backend
         else:
             self.versioned = VersionedQueuestoreTaskStore(
