@@ -13,6 +13,9 @@ from queuestore import LIVE, TRANSITIONS, Task, TaskStatus, TaskStore
 
 T = TypeVar("T")
 
+CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/queuestore?connect_timeout=2"
+"""A PostgreSQL URL nothing answers at: every connection attempt is refused at once."""
+
 StoreFactory = Callable[..., TaskStore]
 """The ``make_store`` fixture: builds a store of the backend under test with options."""
 

@@ -23,7 +23,7 @@ from queuestore import (
 from queuestore.aio import AsyncTaskStore
 from queuestore.store.loop import blocking
 
-CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/queuestore?connect_timeout=1"
+from .support import CLOSED_PORT_URL
 
 POSTGRES = [pytest.param("postgres", marks=pytest.mark.postgres)]
 

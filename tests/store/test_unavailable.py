@@ -11,7 +11,7 @@ from sqlalchemy import exc as sa_exc
 
 from queuestore import QueueStoreError, SqlTaskStore, StoreUnavailable, TaskStore
 
-CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/queuestore?connect_timeout=2"
+from .support import CLOSED_PORT_URL
 
 CALLS: dict[str, Callable[[TaskStore], object]] = {
     "create": lambda store: store.create("x.y"),
