@@ -46,6 +46,7 @@ class AsyncTaskStore:
         ttl: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         task_id: str | None = None,
+        job: bool = True,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
         return await self.sync.run_async(
@@ -57,6 +58,7 @@ class AsyncTaskStore:
             ttl=ttl,
             metadata=metadata,
             task_id=task_id,
+            job=job,
         )
 
     async def get(self, task_id: str, *, owner: Owner = ANY) -> Task:

@@ -165,6 +165,13 @@ def positive_int(value: object, field: str) -> int:
     return value
 
 
+def flag(value: object, field: str) -> bool:
+    """True or False, and nothing that merely converts to one (``"no"`` would be True)."""
+    if not isinstance(value, bool):
+        raise InvalidTaskData("must be True or False", field=field)
+    return value
+
+
 def record(model: type[M], value: object, field: str, max_bytes: int) -> M:
     """A pydantic record (``TaskError``, ``Artifact``) given as itself or a mapping."""
     try:

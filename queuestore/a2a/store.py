@@ -393,8 +393,13 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
                     metadata=metadata,
                     task_id=task.id,
                 )
-            row = self.store.create(
-                SDK_TASK, owner=owner, context_id=context_id, metadata=metadata, task_id=task.id
+            row = self.store.create(  # run by the agent in the server: never dispatched
+                SDK_TASK,
+                owner=owner,
+                context_id=context_id,
+                metadata=metadata,
+                task_id=task.id,
+                job=False,
             )
         except TaskConflict:
             if request is not None:

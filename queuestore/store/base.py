@@ -85,11 +85,19 @@ class TaskStore(WorkerProtocol):
         ttl: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         task_id: str | None = None,
+        job: bool = True,
     ) -> Task:
         """Persist a new task in ``submitted``.
 
+        ``job`` says what runs it. True (the default): a Celery job, which
+        :meth:`TaskQueue.submit <queuestore.TaskQueue.submit>` publishes; until a
+        mark records that its message went out, the dispatcher sweep publishes
+        it, and the outbox backlog counts it. False: a record that something
+        else runs (an A2A agent in its server process); the sweep never
+        publishes it and the backlog never counts it.
+
         Raises:
-            InvalidTaskData: bad name, input, owner, ttl, metadata or id.
+            InvalidTaskData: bad name, input, owner, ttl, metadata, id or job.
             TaskConflict: ``task_id`` is already taken.
         """
         owner = check.label(owner, "owner")
@@ -103,6 +111,7 @@ class TaskStore(WorkerProtocol):
             context_id=check.label(context_id, "context_id"),
             ttl=check.ttl(ttl),
             metadata=check.json_object(metadata, "metadata", self.max_payload_bytes),
+            job=check.flag(job, "job"),
         )
         task = self._insert(new)
         for observer in self._observers:

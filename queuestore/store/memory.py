@@ -35,6 +35,7 @@ class InMemoryTaskStore(TaskStore):
         self._tasks: dict[str, Task] = {}
         self._expires: dict[str, datetime] = {}
         self._dispatched: dict[str, datetime] = {}
+        self._records: set[str] = set()  # created with job=False: never dispatched
         self._changed = threading.Condition(threading.Lock())
         self._listeners: list[list[StatusChange]] = []
 
@@ -59,6 +60,8 @@ class InMemoryTaskStore(TaskStore):
                 updated_at=now,
             )
             self._tasks[task.id] = task
+            if not new.job:
+                self._records.add(task.id)
             return task
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
@@ -123,6 +126,7 @@ class InMemoryTaskStore(TaskStore):
         del self._tasks[task_id]
         self._expires.pop(task_id, None)
         self._dispatched.pop(task_id, None)
+        self._records.discard(task_id)
 
     def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
         now = now or self._now()
@@ -183,6 +187,7 @@ class InMemoryTaskStore(TaskStore):
                 for task in self._tasks.values()
                 if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
                 and task.worker_id is None
+                and task.id not in self._records
                 and due(task)
             ]
         pending.sort(key=lambda task: task.updated_at)
@@ -204,6 +209,7 @@ class InMemoryTaskStore(TaskStore):
                 if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
                 and task.worker_id is None
                 and task.id not in self._dispatched
+                and task.id not in self._records
                 and task.updated_at <= before
             )
 

@@ -72,6 +72,8 @@ class NewTask:
     context_id: str | None
     ttl: timedelta | None
     metadata: dict[str, JsonValue]
+    job: bool
+    """A Celery job runs it (the dispatcher publishes it); False for a record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +220,7 @@ class StoreCore(ABC):
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
     ) -> builtins.list[Task]:
-        """Unclaimed submitted or working tasks due for a (new) message, oldest first.
+        """Unclaimed submitted or working jobs due for a (new) message, oldest first.
 
         Due: never published and last written before ``older_than`` ago, or
         published more than ``redispatch_after`` ago and still not claimed.
@@ -230,7 +232,7 @@ class StoreCore(ABC):
 
     @abstractmethod
     def _count_undispatched(self, older_than: timedelta) -> int:
-        """How many unclaimed submitted or working tasks, last written ``older_than``
+        """How many unclaimed submitted or working jobs, last written ``older_than``
         ago or earlier, were never published."""
 
     @abstractmethod

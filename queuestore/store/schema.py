@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -52,11 +54,19 @@ JsonColumn = JSON().with_variant(JSONB(), "postgresql")
 
 _STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
 
-_UNDISPATCHED = "dispatched_at IS NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
+_LIVE_UNCLAIMED = "worker_id IS NULL AND status IN ('submitted', 'working')"
 
-_UNCLAIMED_DISPATCHED = (
-    "dispatched_at IS NOT NULL AND worker_id IS NULL AND status IN ('submitted', 'working')"
-)
+
+def _outbox(dialect: str, *, dispatched: bool) -> str:
+    """The predicate of a dispatcher index: live, unclaimed jobs, published or not.
+
+    Written as the sweep's query reads on each dialect (SQLite matches an
+    index's terms literally): a row that is not a job is in neither index.
+    """
+    job = "job = 1" if dialect == "sqlite" else "job"
+    published = "IS NOT NULL" if dispatched else "IS NULL"
+    return f"{job} AND dispatched_at {published} AND {_LIVE_UNCLAIMED}"
+
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -99,6 +109,10 @@ class TaskRow(Base):
     worker_id: Mapped[str | None] = mapped_column(String(256))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A Celery job runs the task: the dispatcher publishes it until a mark says
+    # its message went out. False for a record something else runs (an A2A
+    # agent in its server process), which the dispatcher never publishes.
+    job: Mapped[bool] = mapped_column(Boolean, server_default=true())
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_STATUSES})", name="status"),
@@ -121,18 +135,18 @@ class TaskRow(Base):
             postgresql_where=text("expires_at IS NOT NULL"),
             sqlite_where=text("expires_at IS NOT NULL"),
         ),
-        # The dispatcher sweep: unclaimed live tasks whose message was never published.
+        # The dispatcher sweep: unclaimed live jobs, unpublished or published long ago.
         Index(
             "ix_queuestore_tasks_undispatched",
             "updated_at",
-            postgresql_where=text(_UNDISPATCHED),
-            sqlite_where=text(_UNDISPATCHED),
+            postgresql_where=text(_outbox("postgresql", dispatched=False)),
+            sqlite_where=text(_outbox("sqlite", dispatched=False)),
         ),
         Index(
             "ix_queuestore_tasks_unclaimed_dispatched_at",
             "dispatched_at",
-            postgresql_where=text(_UNCLAIMED_DISPATCHED),
-            sqlite_where=text(_UNCLAIMED_DISPATCHED),
+            postgresql_where=text(_outbox("postgresql", dispatched=True)),
+            sqlite_where=text(_outbox("sqlite", dispatched=True)),
         ),
         # The reaper: leases that ran out.
         Index(

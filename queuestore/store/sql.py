@@ -320,6 +320,7 @@ class SqlTaskStore(TaskStore):
             "context_id": new.context_id,
             "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
             "metadata": new.metadata,
+            "job": new.job,
         }
         dbapi = self.engine.dialect.loaded_dbapi
         try:
@@ -443,6 +444,7 @@ class SqlTaskStore(TaskStore):
         statement = (
             select(*_COLUMNS)
             .where(
+                _C.job,
                 _C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
                 _C.worker_id.is_(None),
                 due,

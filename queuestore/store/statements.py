@@ -216,7 +216,7 @@ def insert_task(clock: Clock) -> ClauseElement:
     now = clock.now()
     values: dict[str, Any] = {
         name: bindparam(name, type_=C[name].type)
-        for name in ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata")
+        for name in ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job")
     }
     values |= {
         "status": literal_column(f"'{TaskStatus.SUBMITTED.value}'"),
@@ -377,9 +377,10 @@ COUNT_BY_STATUS = select(C.status, func.count()).group_by(C.status)
 
 
 def count_undispatched(before: ColumnElement[datetime]) -> Select[int]:
-    """Live tasks never published and last written at ``before`` or earlier: the outbox
+    """Live jobs never published and last written at ``before`` or earlier: the outbox
     backlog (served by the sweep's partial index)."""
     return select(func.count()).where(
+        C.job,
         C.dispatched_at.is_(None),
         C.worker_id.is_(None),
         C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),

@@ -401,6 +401,27 @@ def test_outbox_backlog_counts_what_the_sweep_would_publish(store: TaskStore) ->
         store.outbox_backlog(timedelta(seconds=-1))
 
 
+def test_a_record_is_never_dispatched_nor_counted_in_the_backlog(store: TaskStore) -> None:
+    job = store.create("x.y")
+    record = store.create("x.y", job=False)
+    working = store.update(store.create("x.y", job=False).id, status=TaskStatus.WORKING)
+    store.mark_dispatched(record.id)  # even a mark (a sweep racing a create) changes nothing
+
+    due = store.undispatched(timedelta(0), redispatch_after=timedelta(0))
+
+    assert [task.id for task in due] == [job.id]
+    assert store.outbox_backlog() == 1
+    assert store.get(working.id).status is TaskStatus.WORKING
+
+
+def test_job_must_be_a_bool_and_a_refused_create_writes_nothing(store: TaskStore) -> None:
+    for wrong in ("no", 0, None):
+        with pytest.raises(InvalidTaskData, match="job"):
+            store.create("x.y", job=wrong, task_id="t-refused")  # type: ignore[arg-type]
+
+    assert store.count() == 0
+
+
 def test_undispatched_lists_unclaimed_tasks_until_marked(store: TaskStore) -> None:
     fresh = store.create("x.y")
     marked = store.create("x.y")

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, insert, inspect, text
 
 from queuestore import SqlTaskStore, make_engine
-from queuestore.migrations import VERSION_TABLE, config, downgrade
+from queuestore.migrations import VERSION_TABLE, config, downgrade, upgrade
 from queuestore.store.schema import Base
+from queuestore.store.statements import TABLE
 
 HEAD = ScriptDirectory.from_config(config()).get_current_head()
 
@@ -86,6 +88,42 @@ def test_downgrade_to_base_and_upgrade_again(empty_engine: Engine) -> None:
     assert drift(empty_engine) == []
     assert revision(empty_engine) == HEAD
     assert store.create("x.y").status == "submitted"
+
+
+def test_rows_written_before_the_job_column_stay_jobs_the_sweep_publishes(
+    empty_engine: Engine,
+) -> None:
+    # 0002 adds ``job``: a row from before it was swept as a job, and still is.
+    now = datetime.now(UTC) - timedelta(minutes=1)
+    old_row = {
+        "id": "t-old",
+        "name": "x.y",
+        "input": {},
+        "status": "submitted",
+        "artifacts": [],
+        "metadata": {},
+        "answers": [],
+        "created_at": now,
+        "updated_at": now,
+        "attempt": 0,
+        "version": 1,
+    }
+    with empty_engine.begin() as connection:
+        upgrade(connection, "0001")
+        connection.execute(insert(TABLE).values(old_row))
+    store = SqlTaskStore(empty_engine)
+
+    store.migrate()
+    record = store.create("x.y", job=False)
+
+    assert [task.id for task in store.undispatched(timedelta(0))] == ["t-old"]
+    with empty_engine.begin() as connection:
+        downgrade(connection, "0001")
+    assert "job" not in {column["name"] for column in inspect(empty_engine).get_columns(TABLE.name)}
+    store.migrate()
+    assert drift(empty_engine) == []
+    # Undone and redone, every row is a job again: what 0001 had no way to tell.
+    assert {task.id for task in store.undispatched(timedelta(0))} == {"t-old", record.id}
 
 
 def test_an_empty_database_differs_from_the_models(empty_engine: Engine) -> None:
