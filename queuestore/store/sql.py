@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import (
@@ -39,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.util import await_only
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
@@ -61,6 +62,7 @@ from queuestore.store.statements import Clock, PageShape, Prepared, WriteShape
 
 if TYPE_CHECKING:
     from sqlalchemy import URL
+    from sqlalchemy.engine.interfaces import DBAPIModule
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 P = ParamSpec("P")
@@ -293,21 +295,56 @@ class SqlTaskStore(TaskStore):
         Raises:
             StoreUnavailable: the database is unreachable.
         """
-        dbapi = self.engine.dialect.loaded_dbapi
+        on_loop = loop_engine(self)
         tries = 2 if read else 1
         for attempt in range(1, tries + 1):
-            with self._transaction() as connection:
-                try:
-                    return prepared.all(connection, params)
-                except (dbapi.OperationalError, dbapi.InterfaceError) as exc:
-                    driver = connection.connection.dbapi_connection
-                    lost = connection.dialect.is_disconnect(exc, driver, None)
-                    connection.invalidate(exc)
-                    if lost:
-                        connection.engine.pool.dispose()
-                    if not lost or attempt == tries:
-                        raise StoreUnavailable(f"database unavailable: {exc}") from exc
+            try:
+                if on_loop is None:
+                    return self._execute_once(prepared, params)
+                return self._execute_on_loop(on_loop, prepared, params)
+            except _ConnectionLost as lost:
+                if attempt == tries:
+                    cause = lost.__cause__
+                    raise StoreUnavailable(f"database unavailable: {cause}") from cause
         raise AssertionError("unreachable")
+
+    def _execute_once(self, prepared: Prepared, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """One try of :meth:`_execute` on a connection of the store's engine."""
+        with self._transaction() as connection:
+            try:
+                return prepared.all(connection, params)
+            except _driver_errors(connection.engine) as exc:
+                driver = connection.connection.dbapi_connection
+                lost = connection.dialect.is_disconnect(exc, driver, None)
+                connection.invalidate(exc)
+                _raise_unavailable(connection.engine, exc, lost=lost)
+
+    def _execute_on_loop(
+        self, engine: Engine, prepared: Prepared, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """One try of :meth:`_execute` on the loop's engine, straight on psycopg's connection.
+
+        The loop's engine is in autocommit from its connect and holds nothing
+        but these connections, so its pool lends the driver's connection with no
+        ``Connection`` around it (no execution options to apply) and takes it
+        back with no reset: each statement commits by itself, and psycopg
+        cancels a statement whose coroutine is cancelled.
+        """
+        try:
+            with self._guard():
+                pooled = engine.raw_connection()
+        except _driver_errors(engine) as exc:  # the pool's checkout does not wrap them
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        driver = pooled.driver_connection
+        assert driver is not None
+        try:
+            return await_only(prepared.all_async(driver, params))
+        except _driver_errors(engine) as exc:
+            lost = engine.dialect.is_disconnect(exc, driver, None)
+            pooled.invalidate(exc)
+            _raise_unavailable(engine, exc, lost=lost)
+        finally:
+            pooled.close()
 
     # -- primitives ---------------------------------------------------------
 
@@ -535,6 +572,27 @@ class SqlTaskStore(TaskStore):
                 connection.exec_driver_sql(f"UNLISTEN {channel}")
 
 
+class _ConnectionLost(Exception):
+    """The server closed the connection (restarted): a read may be tried again."""
+
+
+def _driver_errors(engine: Engine) -> tuple[type[DBAPIModule.Error], ...]:
+    """The driver's errors of a connection (rather than of a statement)."""
+    dbapi = engine.dialect.loaded_dbapi
+    return (dbapi.OperationalError, dbapi.InterfaceError)
+
+
+def _raise_unavailable(engine: Engine, exc: Exception, *, lost: bool) -> NoReturn:
+    """Raise for a failed statement; when the connection was lost, empty the pool first.
+
+    When the server restarted, every pooled connection is dead.
+    """
+    if lost:
+        engine.pool.dispose()
+        raise _ConnectionLost from exc
+    raise StoreUnavailable(f"database unavailable: {exc}") from exc
+
+
 def _page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, Any]]:
     """The statement shape of a listing's filters, and their parameters."""
     shape = PageShape(
@@ -573,6 +631,7 @@ class _LoopEngine:
         engine = create_async_engine(
             url.set(drivername="postgresql+psycopg"),  # psycopg 3, whatever the sync driver
             isolation_level="AUTOCOMMIT",
+            pool_reset_on_return=None,  # autocommit: no transaction is ever left open
             pool_size=max_connections,
             max_overflow=0,
             pool_timeout=timeout,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -42,6 +42,9 @@ from queuestore.models import TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.rules import UNSET, Write
 from queuestore.store.schema import TaskRow, UTCDateTime
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
 
 TABLE = cast(Table, TaskRow.__table__)
 C = TABLE.c
@@ -126,6 +129,19 @@ class Prepared:
             rows = cursor.fetchall()
         finally:
             cursor.close()
+        return self.decoded(rows)
+
+    async def all_async(
+        self, connection: AsyncConnection[Any], params: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """:meth:`all` on psycopg's async connection (PostgreSQL only), in one await."""
+        async with connection.cursor() as cursor:
+            await cursor.execute(self.sql, self.arguments(params))
+            rows = await cursor.fetchall()
+        return self.decoded(rows)
+
+    def decoded(self, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+        """The driver's rows as ``{column: value}``, JSON and timestamps converted."""
         return [
             {
                 key: value if process is None else process(value)
