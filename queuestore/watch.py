@@ -27,7 +27,7 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -55,9 +55,12 @@ _OUTAGE_PAUSE: Final = 1.0
 
 Deliver = Callable[[Task], None]
 
-ReadChanges = Callable[[datetime, "tuple[datetime, str] | None", int], list[Task]]
-"""``(since, after, limit)``: up to ``limit`` tasks in ``(updated_at, id)`` order written
-after ``since`` (and after the key ``after`` when given)."""
+ReadChanges = Callable[
+    [datetime, "tuple[datetime, str] | None", int, Mapping[str, int]], list[Task]
+]
+"""``(since, after, limit, seen)``: up to ``limit`` tasks in ``(updated_at, id)`` order
+written after ``since`` (and after the key ``after`` when given), but for those at a
+version ``seen`` holds for their id, or older."""
 
 
 class _Subscriber:
@@ -160,8 +163,9 @@ class _Reader:
         since = self._newest - LOOKBACK
         fresh: list[Task] = []
         after: tuple[datetime, str] | None = None
+        known = {task_id: version for task_id, (version, _) in self._delivered.items()}
         while True:
-            rows = self._read(since, after, BATCH)
+            rows = self._read(since, after, BATCH, known)
             for task in rows:
                 seen = self._delivered.get(task.id)
                 if seen is None or seen[0] < task.version:

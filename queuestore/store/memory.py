@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -214,10 +214,18 @@ class InMemoryTaskStore(TaskStore):
             )
 
     def _changed_since(
-        self, since: datetime, after: tuple[datetime, str] | None, limit: int
+        self,
+        since: datetime,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        seen: Mapping[str, int],
     ) -> list[Task]:
         with self._changed:
-            tasks = [task for task in self._tasks.values() if task.updated_at > since]
+            tasks = [
+                task
+                for task in self._tasks.values()
+                if task.updated_at > since and seen.get(task.id, 0) < task.version
+            ]
         tasks.sort(key=lambda task: (task.updated_at, task.id))
         if after is not None:
             tasks = [task for task in tasks if (task.updated_at, task.id) > after]

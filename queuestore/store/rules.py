@@ -241,11 +241,17 @@ class StoreCore(ABC):
 
     @abstractmethod
     def _changed_since(
-        self, since: datetime, after: tuple[datetime, str] | None, limit: int
+        self,
+        since: datetime,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        seen: Mapping[str, int],
     ) -> builtins.list[Task]:
         """Up to ``limit`` tasks written after ``since``, in ``(updated_at, id)`` order.
 
-        With ``after``, only the tasks past that ``(updated_at, id)`` key: the next batch.
+        With ``after``, only the tasks past that ``(updated_at, id)`` key: the next
+        batch. A task at the version ``seen`` gives for its id, or an older one,
+        is left out (the reader has it).
         """
 
     def subscribe(self) -> AbstractContextManager[Listener]:

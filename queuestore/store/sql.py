@@ -9,9 +9,10 @@ embedded SQLite file has one process's clock at a time.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -511,14 +512,18 @@ class SqlTaskStore(TaskStore):
         return now
 
     def _changed_since(
-        self, since: datetime, after: tuple[datetime, str] | None, limit: int
+        self,
+        since: datetime,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        seen: Mapping[str, int],
     ) -> list[Task]:
-        params: dict[str, Any] = {"since": since, "limit": limit}
+        params: dict[str, Any] = {"since": since, "limit": limit, "seen": json.dumps(seen)}
         if after is not None:
             params |= {"after_updated_at": after[0], "after_id": after[1]}
         prepared = self._prepare(
             ("changed", after is not None),
-            lambda: statements.changed_since(after=after is not None),
+            lambda: statements.changed_since(self.engine.dialect.name, after=after is not None),
         )
         return [_task_from(row) for row in self._execute(prepared, params, read=True)]
 

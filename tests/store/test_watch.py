@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -174,10 +175,19 @@ class _Rows:
 
     def __init__(self) -> None:
         self.rows: list[Task] = []
+        self.seen: list[dict[str, int]] = []
 
-    def read(self, since: datetime, after: tuple[datetime, str] | None, limit: int) -> list[Task]:
+    def read(
+        self,
+        since: datetime,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        seen: Mapping[str, int],
+    ) -> list[Task]:
+        self.seen.append(dict(seen))
         rows = sorted(
-            (t for t in self.rows if t.updated_at > since), key=lambda t: (t.updated_at, t.id)
+            (t for t in self.rows if t.updated_at > since and seen.get(t.id, 0) < t.version),
+            key=lambda t: (t.updated_at, t.id),
         )
         if after is not None:
             rows = [t for t in rows if (t.updated_at, t.id) > after]
@@ -197,6 +207,33 @@ def test_a_write_that_commits_after_a_newer_one_is_still_read() -> None:
     rows.rows.append(_task("late", 1, start + timedelta(milliseconds=10)))
     assert [t.id for t in reader.read()] == ["late"]
     assert reader.read() == []
+
+
+def test_each_read_tells_the_store_the_versions_it_has() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = _Rows()
+    reader = _Reader(rows.read, lambda: start)
+    rows.rows = [_task("a", 1, start + timedelta(milliseconds=5))]
+    assert [t.id for t in reader.read()] == ["a"]
+    rows.rows.append(_task("b", 4, start + timedelta(milliseconds=6)))
+    assert [t.id for t in reader.read()] == ["b"]
+
+    assert rows.seen == [{}, {"a": 1}]
+
+
+def test_a_read_of_changes_leaves_out_the_versions_the_reader_has(store: TaskStore) -> None:
+    # The feed reads its last seconds again every time: what it has is not sent back.
+    kept = store.create("x.y")
+    moved = store.create("x.y")
+    moved_on = store.update(moved.id, progress=0.5)
+    ahead = store.create("x.y")
+    new = store.create("x.y")
+    seen = {kept.id: kept.version, moved.id: moved.version, ahead.id: 9, "gone": 3}
+
+    read = store._changed_since(kept.created_at - timedelta(seconds=1), None, 500, seen)
+
+    assert [(t.id, t.version) for t in read] == [(moved.id, moved_on.version), (new.id, 1)]
+    assert len(store._changed_since(kept.created_at - timedelta(seconds=1), None, 500, {})) == 4
 
 
 def test_a_version_is_read_once_and_never_after_a_newer_one() -> None:
