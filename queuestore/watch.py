@@ -14,8 +14,10 @@ notifications (SQLite). Each read looks :data:`LOOKBACK` behind the newest
 ``updated_at`` it has seen, because a row's timestamp is taken when its
 statement starts and it becomes visible when it commits: a write that began
 earlier but committed later is still found. Versions already delivered are
-dropped, so a watcher sees each task's versions in increasing order, and a
-task written several times between two reads shows only its latest version.
+dropped, by the store before they are sent (each read names them), so a read
+after a burst of writes costs what is new, not the whole window; a watcher
+sees each task's versions in increasing order, and a task written several
+times between two reads shows only its latest version.
 
 Guarantee: once a watch is open, the latest committed version of every task
 it may see is delivered to it. Deletions are not delivered.

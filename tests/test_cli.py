@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from queuestore import SqlTaskStore
 from queuestore.cli import app
+from queuestore.migrations import head
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def test_db_upgrade_creates_the_schema_and_current_reports_it(database_url: str)
     assert upgraded.exit_code == 0, upgraded.output
     current = runner.invoke(app, ["db", "current", "--url", database_url])
     assert current.exit_code == 0, current.output
-    assert current.output.strip() == "0001"
+    assert current.output.strip() == head()
     store = SqlTaskStore(database_url)
     assert store.create("cli.check").status == "submitted"
     store.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
 MIGRATIONS = Path(__file__).parent
@@ -20,6 +21,13 @@ def config(url: str | None = None) -> Config:
     if url is not None:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
+
+
+def head() -> str:
+    """The newest revision these migrations build: what ``db upgrade`` brings a database to."""
+    revision = ScriptDirectory.from_config(config()).get_current_head()
+    assert revision is not None  # the package ships its migrations
+    return revision
 
 
 def upgrade(connection: Connection, revision: str = "head") -> None:

@@ -14,6 +14,7 @@ import pytest
 from ops_support import Ops, queuestore_command, wait_for
 
 from queuestore import TaskStatus
+from queuestore.migrations import head
 
 
 def _lines(text: str) -> list[str]:
@@ -45,7 +46,7 @@ def test_inspecting_commands_print_json(ops: Ops) -> None:
     ops.deployment.wait_status(task.id, TaskStatus.COMPLETED)
 
     current = ops.cli("db", "current", "--json")
-    assert json.loads(current.stdout) == {"revision": "0001"}
+    assert json.loads(current.stdout) == {"revision": head()}
 
     listed = ops.cli("tasks", "list", "--json", "--owner", "carol", "--status", "completed")
     page = json.loads(listed.stdout)

@@ -13,11 +13,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, insert, inspect, text
 
 from queuestore import SqlTaskStore, make_engine
-from queuestore.migrations import VERSION_TABLE, config, downgrade, upgrade
+from queuestore.migrations import VERSION_TABLE, config, downgrade, head, upgrade
 from queuestore.store.schema import Base
 from queuestore.store.statements import TABLE
 
-HEAD = ScriptDirectory.from_config(config()).get_current_head()
+HEAD = head()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
