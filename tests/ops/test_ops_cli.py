@@ -42,6 +42,7 @@ def test_beat_started_by_the_command_drives_the_janitor(ops: Ops) -> None:
 
 
 def test_inspecting_commands_print_json(ops: Ops) -> None:
+    ops.deployment.queue.submit("ops.steps", {"count": 1, "pause": 0.0})  # a second page below
     task = ops.deployment.queue.submit("ops.steps", {"count": 1, "pause": 0.0}, owner="carol")
     ops.deployment.wait_status(task.id, TaskStatus.COMPLETED)
 
