@@ -24,28 +24,27 @@ depends_on = None
 
 TABLE = "queuestore_tasks"
 LIVE_UNCLAIMED = "worker_id IS NULL AND status IN ('submitted', 'working')"
-INDEXES = {
-    "ix_queuestore_tasks_undispatched": "updated_at",
-    "ix_queuestore_tasks_unclaimed_dispatched_at": "dispatched_at",
+INDEXES = {  # the dispatcher's: index -> (its column, its test of dispatched_at)
+    "ix_queuestore_tasks_undispatched": ("updated_at", "dispatched_at IS NULL"),
+    "ix_queuestore_tasks_unclaimed_dispatched_at": ("dispatched_at", "dispatched_at IS NOT NULL"),
 }
 
 
-def predicate(index: str, job: str | None) -> sa.TextClause:
-    """The index's predicate; ``job``: the dialect's test of the new column (None before it)."""
-    published = "IS NOT NULL" if index.endswith("dispatched_at") else "IS NULL"
-    outbox = f"dispatched_at {published} AND {LIVE_UNCLAIMED}"
+def predicate(dispatched: str, job: str | None) -> sa.TextClause:
+    """An index's predicate; ``job``: the dialect's test of the new column (None before it)."""
+    outbox = f"{dispatched} AND {LIVE_UNCLAIMED}"
     return sa.text(outbox if job is None else f"{job} AND {outbox}")
 
 
 def recreate_indexes(*, with_job: bool) -> None:
-    for index, column in INDEXES.items():
+    for index, (column, dispatched) in INDEXES.items():
         op.drop_index(index, table_name=TABLE)
         op.create_index(
             index,
             TABLE,
             [column],
-            postgresql_where=predicate(index, "job" if with_job else None),
-            sqlite_where=predicate(index, "job = 1" if with_job else None),
+            postgresql_where=predicate(dispatched, "job" if with_job else None),
+            sqlite_where=predicate(dispatched, "job = 1" if with_job else None),
         )
 
 
