@@ -222,8 +222,15 @@ class SqlTaskStore(TaskStore):
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
+        """The database's connection failures as ``StoreUnavailable``.
+
+        SQLAlchemy wraps the driver's errors on a ``Connection``; a pool's own
+        checkout (``raw_connection``) raises them as they are.
+        """
         try:
             yield
+        except _driver_errors(self.engine) as exc:
+            raise StoreUnavailable(f"database unavailable: {exc}") from exc
         except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
             raise StoreUnavailable(f"database unavailable: {exc.orig or exc}") from exc
         except sa_exc.DBAPIError as exc:
@@ -331,11 +338,8 @@ class SqlTaskStore(TaskStore):
         back with no reset: each statement commits by itself, and psycopg
         cancels a statement whose coroutine is cancelled.
         """
-        try:
-            with self._guard():
-                pooled = engine.raw_connection()
-        except _driver_errors(engine) as exc:  # the pool's checkout does not wrap them
-            raise StoreUnavailable(f"database unavailable: {exc}") from exc
+        with self._guard():
+            pooled = engine.raw_connection()
         driver = pooled.driver_connection
         assert driver is not None
         try:
