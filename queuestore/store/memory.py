@@ -47,18 +47,7 @@ class InMemoryTaskStore(TaskStore):
         with self._changed:
             if new.id in self._tasks:
                 raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
-            now = self._now()
-            task = Task(
-                id=new.id,
-                name=new.name,
-                input=new.input,
-                owner=new.owner,
-                context_id=new.context_id,
-                ttl=new.ttl,
-                metadata=new.metadata,
-                created_at=now,
-                updated_at=now,
-            )
+            task = new.stamped(self._now())
             self._tasks[task.id] = task
             if not new.job:
                 self._records.add(task.id)

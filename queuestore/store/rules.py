@@ -75,6 +75,24 @@ class NewTask:
     job: bool
     """A Celery job runs it (the dispatcher publishes it); False for a record."""
 
+    def stamped(self, now: datetime) -> Task:
+        """The task as inserted at ``now``: submitted, at version 1, nothing else set.
+
+        Every store inserts exactly this row, so a store need not read back
+        what it wrote to return it (only the clock's ``now``).
+        """
+        return Task(
+            id=self.id,
+            name=self.name,
+            input=self.input,
+            owner=self.owner,
+            context_id=self.context_id,
+            ttl=self.ttl,
+            metadata=self.metadata,
+            created_at=now,
+            updated_at=now,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Write:

