@@ -20,9 +20,9 @@ asyncio + asyncpg) and queuestore's ``QueuestoreTaskStore`` and
 5. the delay from a worker's write to the event reaching a subscriber: queuestore's
    ``QueuestoreEventStream`` (the change feed, LISTEN/NOTIFY) against a2a-sdk's
    ``DatabaseTaskEventStream`` (polls ``task_events`` every 0.5 s), each on its
-   versioned store. The write is a task's completion (a status write, announced
-   on PostgreSQL) and, for queuestore, also a progress write (not announced on
-   PostgreSQL today: it is found by the feed's poll).
+   versioned store. The write is a task's completion (a status write, always
+   announced on PostgreSQL) and, for queuestore, also a progress write
+   (announced because the subscription follows its task by id: revision 0003).
 
 After a warm-up (50 saves and gets per store), and again before each walk (after
 its 4,000 tasks are saved, outside the timing), every table is ``ANALYZE``d, so

@@ -161,7 +161,7 @@ class AsyncTaskStore:
 
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> AsyncWatch:
         """See :meth:`TaskStore.watch`; open it with ``async with``."""
-        return AsyncWatch(self.sync.watch(owner=owner, task_ids=task_ids))
+        return AsyncWatch(self.sync.watch(owner=owner, task_ids=task_ids), self.sync.run_async)
 
     async def wait(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """See :meth:`TaskStore.wait`; the waiting happens off the event loop."""

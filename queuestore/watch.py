@@ -7,13 +7,19 @@ watchers cost one reader, not a hundred.
 
 The reader asks the store for the rows written since the last ones it saw,
 in ``(updated_at, id)`` order. It asks at once when the store announces a
-change (PostgreSQL's NOTIFY: terminal and parked statuses, cancels) and every
-:data:`POLL_INTERVAL` otherwise, which catches the writes that are not
-announced (a claim, a batch of progress reports) and serves stores without
-notifications (SQLite). Each read looks :data:`LOOKBACK` behind the newest
-``updated_at`` it has seen, because a row's timestamp is taken when its
-statement starts and it becomes visible when it commits: a write that began
-earlier but committed later is still found. Versions already delivered are
+change and every :data:`POLL_INTERVAL` otherwise, which catches the writes that
+are not announced and serves stores without notifications (SQLite). On
+PostgreSQL every terminal or parked status is announced (NOTIFY), and every
+other write (a claim, a progress report, an artifact) to a task a watch follows
+by id: opening such a watch marks its tasks as watched in the database (for
+:data:`MARK_SECONDS`, renewed while it stays open), and a write to a marked
+task announces itself in its own statement. Writes to tasks nobody follows by
+id stay quiet, as a NOTIFY serialises concurrent commits.
+
+Each read looks :data:`LOOKBACK` behind the newest ``updated_at`` it has
+seen, because a row's timestamp is taken when its statement starts and it
+becomes visible when it commits: a write that began earlier but committed
+later is still found. Versions already delivered are
 dropped, by the store before they are sent (each read names them), so a read
 after a burst of writes costs what is new, not the whole window; a watcher
 sees each task's versions in increasing order, and a task written several
@@ -28,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -53,9 +60,21 @@ LOOKBACK: Final = timedelta(seconds=2)
 BATCH: Final = 500
 """Rows read per statement; a backlog is read in several."""
 
+MARK_SECONDS: Final = 60.0
+"""How long a mark keeps a followed task's writes announced; renewed while watched."""
+
+MARK_RENEWAL: Final = 20.0
+"""Seconds between two renewals of the marks of the tasks followed by id."""
+
 _OUTAGE_PAUSE: Final = 1.0
 
 Deliver = Callable[[Task], None]
+
+RunSync = Callable[..., Awaitable[None]]
+"""Awaits sync code, as ``asyncio.to_thread`` or a store's ``run_async`` do."""
+
+WatchTasks = Callable[[Collection[str], float], None]
+"""``(task_ids, seconds)``: have every write to these tasks announced that long."""
 
 ReadChanges = Callable[
     [datetime, "tuple[datetime, str] | None", int, Mapping[str, int]], list[Task]
@@ -86,6 +105,7 @@ class ChangeFeed:
         read: the store's read of changed rows (see :data:`ReadChanges`).
         now: the store's clock, where the first read starts.
         subscribe: the store's notifications (see ``StoreCore.subscribe``).
+        watch_tasks: the store's marks of followed tasks (see :data:`WatchTasks`).
     """
 
     def __init__(
@@ -93,16 +113,42 @@ class ChangeFeed:
         read: ReadChanges,
         now: Callable[[], datetime],
         subscribe: Callable[[], AbstractContextManager[Listener]],
+        watch_tasks: WatchTasks | None = None,
     ) -> None:
         self._read = read
         self._now = now
         self._subscribe = subscribe
+        self._watch_tasks = watch_tasks
         self._lock = threading.Lock()
         self._subscribers: list[_Subscriber] = []
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.thread_name = f"queuestore-feed-{id(self):x}"
         """The name of the reader's thread while it runs."""
+
+    def mark(self, task_ids: Collection[str]) -> None:
+        """Mark ``task_ids`` as followed, so that each write to them is announced.
+
+        A watch calls it as it opens. A mark only makes delivery prompter: when
+        it fails (the database is down), the watch still gets every change, at
+        the next poll, and the reader marks the tasks again at its next renewal.
+        """
+        if self._watch_tasks is None or not task_ids:
+            return
+        try:
+            self._watch_tasks(task_ids, MARK_SECONDS)
+        except Exception as exc:  # an optimisation failed: the poll still delivers
+            log.warning("change feed: could not mark %d watched tasks: %s", len(task_ids), exc)
+
+    def _renew_marks(self) -> None:
+        with self._lock:
+            followed = {
+                task_id
+                for subscriber in self._subscribers
+                if subscriber.task_ids is not None
+                for task_id in subscriber.task_ids
+            }
+        self.mark(followed)
 
     def add(self, subscriber: _Subscriber) -> None:
         """Start delivering to ``subscriber``; the first one starts the reader."""
@@ -125,10 +171,14 @@ class ChangeFeed:
 
     def _run(self, stopping: threading.Event) -> None:
         reader = _Reader(self._read, self._now)
+        renewed = time.monotonic()  # a watch marks its tasks as it opens
         while not stopping.is_set():
             try:
                 with self._subscribe() as listen:
                     while not stopping.is_set():
+                        if time.monotonic() - renewed >= MARK_RENEWAL:
+                            self._renew_marks()
+                            renewed = time.monotonic()
                         self._fan_out(reader.read())
                         # Notifications only wake the reader; the rows say what changed.
                         listen(POLL_INTERVAL)
@@ -234,6 +284,8 @@ class Watch:
             self._ready.notify()
 
     def __enter__(self) -> Self:
+        if self.task_ids is not None:
+            self.feed.mark(self.task_ids)
         self.feed.add(self._subscriber)
         return self
 
@@ -263,10 +315,13 @@ class AsyncWatch:
 
     Args:
         like: a (not entered) :class:`Watch` whose feed and filters this one takes.
+        run: how to await the store's sync code (its ``run_async``); a worker
+            thread by default.
     """
 
-    def __init__(self, like: Watch) -> None:
+    def __init__(self, like: Watch, run: RunSync | None = None) -> None:
         self._feed = like.feed
+        self._run: RunSync = run or asyncio.to_thread
         self._pending = _Pending()
         self._ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -284,6 +339,8 @@ class AsyncWatch:
 
     async def __aenter__(self) -> Self:
         self._loop = asyncio.get_running_loop()
+        if self._subscriber.task_ids is not None:
+            await self._run(self._feed.mark, self._subscriber.task_ids)
         self._feed.add(self._subscriber)
         return self
 

@@ -13,7 +13,7 @@ import builtins
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -174,7 +174,7 @@ class StoreCore(ABC):
         self.require_owner = require_owner
         self.max_payload_bytes = check.positive_int(max_payload_bytes, "max_payload_bytes")
         self._cursors = CursorCodec(cursor_secret)
-        self._feed = ChangeFeed(self._changed_since, self._now, self.subscribe)
+        self._feed = ChangeFeed(self._changed_since, self._now, self.subscribe, self._watch_tasks)
         self._observers: tuple[StoreObserver, ...] = ()
 
     def observe(self, observer: StoreObserver) -> None:
@@ -270,6 +270,15 @@ class StoreCore(ABC):
         With ``after``, only the tasks past that ``(updated_at, id)`` key: the next
         batch. A task at the version ``seen`` gives for its id, or an older one,
         is left out (the reader has it).
+        """
+
+    def _watch_tasks(self, task_ids: Collection[str], seconds: float) -> None:  # noqa: B027
+        """Announce every write to ``task_ids`` for the next ``seconds``.
+
+        For a backend that announces only some writes (PostgreSQL: terminal and
+        parked statuses), so that a change feed following these tasks by id
+        hears of each write at once instead of at its next poll. By default
+        nothing: the backend announces every write, or none.
         """
 
     def subscribe(self) -> AbstractContextManager[Listener]:

@@ -1,4 +1,4 @@
-"""The ``queuestore_tasks`` table, as typed SQLAlchemy 2 mappings.
+"""The ``queuestore_tasks`` and ``queuestore_watches`` tables, as typed SQLAlchemy 2 mappings.
 
 The Alembic migrations in ``queuestore/migrations`` build exactly this schema;
 a test compares the two on SQLite and PostgreSQL.
@@ -156,3 +156,19 @@ class TaskRow(Base):
             sqlite_where=text("lease_expires_at IS NOT NULL"),
         ),
     )
+
+
+class WatchRow(Base):
+    """A task some process follows by id: its writes are announced (PostgreSQL NOTIFY).
+
+    Only the terminal and parked statuses are announced by every write; a
+    progress report, an artifact or a claim is announced only while a row here
+    says someone watches that task (``until`` is in the future). A change
+    feed keeps the rows of the tasks it watches ``until`` a minute ahead and
+    drops the ones that ran out (see :mod:`queuestore.watch`).
+    """
+
+    __tablename__ = "queuestore_watches"
+
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)

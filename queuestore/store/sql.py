@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -388,6 +388,7 @@ class SqlTaskStore(TaskStore):
             write,
             announce=self._postgres and write.status in _ANNOUNCED,
             stops=self._postgres and stops_a_run(write),
+            watched=self._postgres,
         )
         params = shape.params(task_id, write)
         for name in shape.columns:
@@ -480,6 +481,13 @@ class SqlTaskStore(TaskStore):
             statement = update(_T).where(or_(*which)).values(dispatched_at=self._clock())
             with self._transaction() as connection:
                 connection.execute(statement)
+
+    def _watch_tasks(self, task_ids: Collection[str], seconds: float) -> None:
+        if not self._postgres or not task_ids:
+            return  # SQLite announces nothing: its feed polls
+        params = {"task_ids": json.dumps(sorted(task_ids)), "seconds": seconds}
+        with self._transaction() as connection:
+            connection.execute(statements.watch_tasks(), params)
 
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
@@ -682,6 +690,7 @@ def _to_task(row: Row[Any]) -> Task:
 def _task_from(fields: dict[str, Any]) -> Task:
     fields.pop("_notified", None)
     fields.pop("_stopped", None)
+    fields.pop("_watched", None)
     ttl_ms = fields.pop("ttl_ms")
     fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
     return Task.model_validate(fields)

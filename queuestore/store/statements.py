@@ -41,13 +41,14 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from queuestore.models import TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.rules import UNSET, Write
-from queuestore.store.schema import TaskRow, UTCDateTime
+from queuestore.store.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 TABLE = cast(Table, TaskRow.__table__)
 C = TABLE.c
+WATCHES = cast(Table, WatchRow.__table__)
 COLUMNS: Sequence[ColumnElement[Any]] = [
     C.id,
     C.name,
@@ -75,7 +76,11 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
 """What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
 
 NOTIFY_CHANNEL = "queuestore_tasks"
-"""PostgreSQL channel announcing status changes as ``<task id>:<status>``."""
+"""PostgreSQL channel announcing changes as ``<task id>:<status>``.
+
+Every write to a terminal or parked status is announced; any other write only
+while its task is watched (a live row in ``queuestore_watches``).
+"""
 
 STOP_CHANNEL = "queuestore_stops"
 """PostgreSQL channel for workers: ``<task id>:<status>`` of runs ended by a caller (a cancel).
@@ -454,12 +459,17 @@ class WriteShape:
     mark_finished: bool
     announce: bool
     stops: bool
+    watched: bool
 
     @classmethod
-    def of(cls, write: Write, *, announce: bool, stops: bool = False) -> WriteShape:
-        """The shape of ``write``; ``announce`` and ``stops`` add NOTIFYs (PostgreSQL only).
+    def of(
+        cls, write: Write, *, announce: bool, stops: bool = False, watched: bool = False
+    ) -> WriteShape:
+        """The shape of ``write``; ``announce``, ``stops`` and ``watched`` add NOTIFYs.
 
-        ``announce`` tells :data:`NOTIFY_CHANNEL`, ``stops`` :data:`STOP_CHANNEL`.
+        ``announce`` tells :data:`NOTIFY_CHANNEL`, ``stops`` :data:`STOP_CHANNEL`,
+        and ``watched`` tells :data:`NOTIFY_CHANNEL` when the task is watched
+        (PostgreSQL only, all three).
         """
         fence = "any"
         if write.fence is not UNSET:
@@ -478,6 +488,7 @@ class WriteShape:
             mark_finished=write.mark_finished,
             announce=announce,
             stops=stops,
+            watched=watched and not announce,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -532,7 +543,7 @@ def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
     if shape.leased:
         conditions.append(C.lease_expires_at == bindparam("expected_lease", type_=UTCDateTime))
     statement = update(TABLE).where(*conditions).values(values).returning(*COLUMNS)
-    if not shape.announce and not shape.stops:
+    if not shape.announce and not shape.stops and not shape.watched:
         return statement
     # Announce the change in the same statement, hence the same commit.
     updated = statement.cte("updated")
@@ -545,7 +556,40 @@ def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
         )
         if wanted
     ]
+    if shape.watched:
+        # CASE evaluates pg_notify only for a watched task: the others pay one probe.
+        watched = (
+            select(WATCHES.c.task_id)
+            .where(WATCHES.c.task_id == updated.c.id, WATCHES.c.until > func.now())
+            .exists()
+        )
+        notices.append(case((watched, func.pg_notify(NOTIFY_CHANNEL, change))).label("_watched"))
     return select(*updated.c, *notices)
+
+
+def watch_tasks() -> TextClause:
+    """Keep ``:task_ids`` (a JSON array) watched for ``:seconds``; drop the marks run out.
+
+    A mark is only ever pushed later, so processes that watch the same task
+    never cut each other's mark short; the marks dropped are none of these
+    (a row is written once a statement). PostgreSQL only.
+    """
+    return text(
+        """
+        WITH ids AS (
+            SELECT DISTINCT task_id
+            FROM jsonb_array_elements_text(CAST(:task_ids AS jsonb)) AS given(task_id)
+        ),
+        gone AS (
+            DELETE FROM queuestore_watches
+            WHERE until < now() AND task_id NOT IN (SELECT task_id FROM ids)
+        )
+        INSERT INTO queuestore_watches (task_id, until)
+        SELECT task_id, now() + make_interval(secs => :seconds) FROM ids
+        ON CONFLICT (task_id) DO UPDATE
+        SET until = greatest(queuestore_watches.until, excluded.until)
+        """
+    )
 
 
 def extend_lease(clock: Clock) -> ClauseElement:
