@@ -79,7 +79,8 @@ class NewTask:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
 
         Every store inserts exactly this row, so a store need not read back
-        what it wrote to return it (only the clock's ``now``).
+        what it wrote to return it: only the clock's ``now``, and the documents
+        where its database rewrites them (``SqlTaskStore``).
         """
         return Task(
             id=self.id,
