@@ -113,7 +113,7 @@ class ChangeFeed:
         read: ReadChanges,
         now: Callable[[], datetime],
         subscribe: Callable[[], AbstractContextManager[Listener]],
-        watch_tasks: WatchTasks | None = None,
+        watch_tasks: WatchTasks,
     ) -> None:
         self._read = read
         self._now = now
@@ -133,7 +133,7 @@ class ChangeFeed:
         it fails (the database is down), the watch still gets every change, at
         the next poll, and the reader marks the tasks again at its next renewal.
         """
-        if self._watch_tasks is None or not task_ids:
+        if not task_ids:
             return
         try:
             self._watch_tasks(task_ids, MARK_SECONDS)

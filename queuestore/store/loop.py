@@ -83,9 +83,9 @@ class _Outcome:
 
 
 @cache
-def _runner_class() -> type[greenlet]:
-    """The kept greenlet's class (greenlet is imported only where a loop uses it)."""
-    from greenlet import GreenletExit, greenlet  # an optional dependency
+def _greenlets() -> tuple[type[greenlet], Callable[[], greenlet]]:
+    """The kept greenlet's class and ``getcurrent`` (imported only where a loop uses them)."""
+    from greenlet import GreenletExit, getcurrent, greenlet  # an optional dependency
 
     class Runner(greenlet):
         """A greenlet that runs one call after another, each sent in by a switch."""
@@ -109,7 +109,7 @@ def _runner_class() -> type[greenlet]:
                 assert parent is not None
                 call = parent.switch(outcome)
 
-    return Runner
+    return Runner, getcurrent
 
 
 async def _in_greenlet(call: Callable[[], T]) -> T:
@@ -119,10 +119,9 @@ async def _in_greenlet(call: Callable[[], T]) -> T:
     of an awaitable is thrown into the call where it waited, and the call's
     own exception is raised here.
     """
-    from greenlet import getcurrent  # an optional dependency
-
+    runner_class, getcurrent = _greenlets()
     idle: list[greenlet] = _idle.__dict__.setdefault("runners", [])
-    runner = idle.pop() if idle else _runner_class()()
+    runner = idle.pop() if idle else runner_class()
     current = getcurrent()
     runner.parent = current
     runner.gr_context = current.gr_context

@@ -487,7 +487,7 @@ class SqlTaskStore(TaskStore):
             return  # SQLite announces nothing: its feed polls
         params = {"task_ids": json.dumps(sorted(task_ids)), "seconds": seconds}
         with self._transaction() as connection:
-            connection.execute(statements.watch_tasks(), params)
+            connection.execute(statements.WATCH_TASKS, params)
 
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
@@ -688,9 +688,6 @@ def _to_task(row: Row[Any]) -> Task:
 
 
 def _task_from(fields: dict[str, Any]) -> Task:
-    fields.pop("_notified", None)
-    fields.pop("_stopped", None)
-    fields.pop("_watched", None)
     ttl_ms = fields.pop("ttl_ms")
     fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
     return Task.model_validate(fields)

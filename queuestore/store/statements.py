@@ -567,29 +567,28 @@ def write_task(shape: WriteShape, clock: Clock) -> ClauseElement:
     return select(*updated.c, *notices)
 
 
-def watch_tasks() -> TextClause:
-    """Keep ``:task_ids`` (a JSON array) watched for ``:seconds``; drop the marks run out.
-
-    A mark is only ever pushed later, so processes that watch the same task
-    never cut each other's mark short; the marks dropped are none of these
-    (a row is written once a statement). PostgreSQL only.
+WATCH_TASKS = text(
     """
-    return text(
-        """
-        WITH ids AS (
-            SELECT DISTINCT task_id
-            FROM jsonb_array_elements_text(CAST(:task_ids AS jsonb)) AS given(task_id)
-        ),
-        gone AS (
-            DELETE FROM queuestore_watches
-            WHERE until < now() AND task_id NOT IN (SELECT task_id FROM ids)
-        )
-        INSERT INTO queuestore_watches (task_id, until)
-        SELECT task_id, now() + make_interval(secs => :seconds) FROM ids
-        ON CONFLICT (task_id) DO UPDATE
-        SET until = greatest(queuestore_watches.until, excluded.until)
-        """
+    WITH ids AS (
+        SELECT DISTINCT task_id
+        FROM jsonb_array_elements_text(CAST(:task_ids AS jsonb)) AS given(task_id)
+    ),
+    gone AS (
+        DELETE FROM queuestore_watches
+        WHERE until < now() AND task_id NOT IN (SELECT task_id FROM ids)
     )
+    INSERT INTO queuestore_watches (task_id, until)
+    SELECT task_id, now() + make_interval(secs => :seconds) FROM ids
+    ON CONFLICT (task_id) DO UPDATE
+    SET until = greatest(queuestore_watches.until, excluded.until)
+    """
+)
+"""Keep ``:task_ids`` (a JSON array) watched for ``:seconds``; drop the marks run out.
+
+A mark is only ever pushed later, so processes that watch the same task never
+cut each other's mark short; the marks dropped are none of these (a row is
+written once a statement). PostgreSQL only.
+"""
 
 
 def extend_lease(clock: Clock) -> ClauseElement:
