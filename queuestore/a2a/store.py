@@ -538,6 +538,7 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
                     metadata=metadata,
                     expected_version=row.version,
                     owner=owner,
+                    known=row,
                 )
             except (InvalidTransition, TaskConflict, TaskNotFound) as exc:
                 if known_row:
@@ -564,7 +565,11 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
             and target in TRANSITIONS[TaskStatus.WORKING]
         ):
             return self.store.update(
-                row.id, status=TaskStatus.WORKING, expected_version=row.version, owner=owner
+                row.id,
+                status=TaskStatus.WORKING,
+                expected_version=row.version,
+                owner=owner,
+                known=row,
             )
         log.warning("a2a: refused %s for task %s: it is %s", target, task.id, row.status)
         raise ConcurrentTaskModificationError(task.id)

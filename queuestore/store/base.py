@@ -245,6 +245,7 @@ class TaskStore(WorkerProtocol):
         expected_version: int | None = None,
         owner: Owner = ANY,
         worker_id: str | Unset = UNSET,
+        known: Task | None = None,
     ) -> Task:
         """Change a live task, as one compare-and-set write.
 
@@ -252,6 +253,11 @@ class TaskStore(WorkerProtocol):
             status: the new status; it must be reachable from the current one.
             expected_version: fail with TaskConflict unless the task is at this version.
             worker_id: fence the write to the worker holding the lease.
+            known: the caller's copy of the task at ``expected_version`` (one the
+                store returned). The store then reads back only what the write
+                sets and takes the rest from it; the write is also refused
+                (TaskConflict) if the id now names a task created since. It is
+                ignored unless its id and version match.
 
         Raises:
             InvalidTransition: the task is terminal or the status is not reachable.
@@ -274,6 +280,7 @@ class TaskStore(WorkerProtocol):
             values,
             expected_version=expected_version,
             fence=worker_id,
+            base=known if known is not None and known.id == task_id else None,
         )
         return self._apply(task_id, write)
 

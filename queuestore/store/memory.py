@@ -248,6 +248,7 @@ def _matches(task: Task, write: Write) -> bool:
         and (write.expected_version is None or task.version == write.expected_version)
         and (write.fence is UNSET or task.worker_id == write.fence)
         and (write.expected_lease is None or task.lease_expires_at == write.expected_lease)
+        and (write.base is None or task.created_at == write.base.created_at)
     )
 
 

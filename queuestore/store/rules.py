@@ -113,6 +113,10 @@ class Write:
         mark_started: sets ``started_at`` to the clock unless already set.
         mark_finished: sets ``finished_at`` to the clock and ``expires_at`` to
             ``finished_at + ttl`` when the task has a ttl.
+        base: the row at ``expected_version`` as the caller holds it (set only
+            with a matching ``expected_version``). A backend may then read back
+            only the columns the write sets and take the rest from it: the
+            condition on the version guarantees that nothing else changed.
     """
 
     scope: OwnerScope
@@ -126,6 +130,7 @@ class Write:
     release: bool = False
     mark_started: bool = False
     mark_finished: bool = False
+    base: Task | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,8 +315,12 @@ class StoreCore(ABC):
         *,
         expected_version: int | None = None,
         fence: str | Unset | None = UNSET,
+        base: Task | None = None,
     ) -> Write:
-        """The write that moves a task to ``target`` (or keeps its live status)."""
+        """The write that moves a task to ``target`` (or keeps its live status).
+
+        ``base`` is kept only when it is at ``expected_version`` (see :attr:`Write.base`).
+        """
         return Write(
             scope=scope,
             from_statuses=LIVE if target is None else sources_of(target),
@@ -322,6 +331,7 @@ class StoreCore(ABC):
             release=target in TERMINAL or target in _PARKED,
             mark_started=target is TaskStatus.WORKING,
             mark_finished=target in TERMINAL,
+            base=base if base is not None and base.version == expected_version else None,
         )
 
     def _checked_values(
@@ -387,6 +397,13 @@ class StoreCore(ABC):
                 expected_version=write.expected_version,
                 actual_version=current.version,
             )
+        if write.base is not None and current.created_at != write.base.created_at:
+            raise TaskConflict(
+                f"task {task_id!r} was deleted and created again since the caller's copy",
+                task_id=task_id,
+                expected_version=write.expected_version,
+                actual_version=current.version,
+            )
         if write.fence is not UNSET and current.worker_id != write.fence:
             raise LeaseLost(
                 f"task {task_id!r} is held by {current.worker_id!r}, not {write.fence!r}",
@@ -419,6 +436,7 @@ class StoreCore(ABC):
                 write,
                 values={**write.values, **change(current)},
                 expected_version=current.version,
+                base=current,
             )
             written = self._observed(self._write(task_id, attempt), attempt)
             if written is not None:

@@ -9,6 +9,7 @@ embedded SQLite file has one process's clock at a time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -44,7 +45,7 @@ from sqlalchemy.util import await_only
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
-from queuestore.models import TERMINAL, Task, TaskStatus
+from queuestore.models import TERMINAL, Artifact, Task, TaskError, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store import statements
 from queuestore.store.base import TaskStore
@@ -271,24 +272,28 @@ class SqlTaskStore(TaskStore):
     def _run(
         self,
         key: object,
-        build: Callable[[], ClauseElement],
+        build: Callable[[Sequence[ColumnElement[Any]]], ClauseElement],
         params: dict[str, Any],
         *,
         read: bool = False,
         lease: timedelta | None = None,
     ) -> Task | None:
-        """Run a prepared single-row statement and return the task it returns."""
+        """Run a prepared single-row statement and return the task it returns.
+
+        ``build(returning)`` makes the statement return the task as ``returning``:
+        the row's columns, or on PostgreSQL the row as one JSON object.
+        """
         intervals = {} if lease is None else {"lease": lease}
         params |= self._clock_sql.params(**intervals)
         if self._postgres:
             prepared = self._prepare(
                 ("json", key),
-                lambda: statements.as_task_json(build()),
+                lambda: build([statements.TASK_OBJECT]),
                 columns=[statements.TASK_JSON],
             )
             rows = self._execute(prepared, params, read=read)
             return Task.model_validate_json(rows[0]["task"]) if rows else None
-        rows = self._execute(self._prepare(key, build), params, read=read)
+        rows = self._execute(self._prepare(key, lambda: build(_COLUMNS)), params, read=read)
         return _task_from(rows[0]) if rows else None
 
     def _execute(
@@ -380,7 +385,7 @@ class SqlTaskStore(TaskStore):
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
         kind = statements.scope_kind(scope)
         params = {"task_id": task_id, "owner": scope.owner}
-        build = lambda: statements.fetch_task(kind)  # noqa: E731
+        build = functools.partial(statements.fetch_task, kind)
         return self._run(("fetch", kind), build, params, read=True)
 
     def _write(self, task_id: str, write: Write) -> Task | None:
@@ -394,8 +399,30 @@ class SqlTaskStore(TaskStore):
         for name in shape.columns:
             params[f"v_{name}"] = _column_value(params[f"v_{name}"])
         lease = None if write.claim is None else write.claim[1]
-        build = lambda: statements.write_task(shape, self._clock_sql)  # noqa: E731
+        if write.base is not None:
+            return self._write_known(write.base, shape, params, lease)
+        build = functools.partial(statements.write_task, shape, self._clock_sql)
         return self._run(shape, build, params, lease=lease)
+
+    def _write_known(
+        self, base: Task, shape: WriteShape, params: dict[str, Any], lease: timedelta | None
+    ) -> Task | None:
+        """A write to a row the caller holds: only what it sets is read back.
+
+        Building the whole row as JSON cost the server about 20 µs a write
+        (``EXPLAIN ANALYZE``), and parsing it the client about 10 µs more.
+        """
+        prepared = self._prepared.get(("written", shape))
+        if prepared is None:
+            columns = statements.written_columns(shape)
+            prepared = self._prepare(
+                ("written", shape),
+                lambda: statements.write_task(shape, self._clock_sql, columns),
+                columns,
+            )
+        params |= self._clock_sql.params(**({} if lease is None else {"lease": lease}))
+        rows = self._execute(prepared, params, read=False)
+        return _rewritten(base, rows[0]) if rows else None
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         shape, params = _page_shape(query, after=after is not None)
@@ -450,7 +477,7 @@ class SqlTaskStore(TaskStore):
 
     def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
         params = {"task_id": task_id, "worker": worker_id}
-        build = lambda: statements.extend_lease(self._clock_sql)  # noqa: E731
+        build = functools.partial(statements.extend_lease, self._clock_sql)
         return self._run("extend_lease", build, params, lease=lease)
 
     def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
@@ -685,6 +712,28 @@ def _value_of(clock: ColumnElement[datetime]) -> datetime:
 
 def _to_task(row: Row[Any]) -> Task:
     return _task_from(dict(row._mapping))  # noqa: SLF001 - SQLAlchemy's public row mapping
+
+
+_WRITTEN_AS: dict[str, Callable[[Any], Any]] = {
+    "status": TaskStatus,
+    "error": TypeAdapter(TaskError | None).validate_python,
+    "artifacts": TypeAdapter(list[Artifact]).validate_python,
+}
+"""The columns a write returns that a ``Task`` holds as another type than the driver's."""
+
+
+def _rewritten(base: Task, written: Mapping[str, Any]) -> Task:
+    """``base`` with the columns a write returned (:func:`statements.written_columns`).
+
+    Only the values the driver does not give as ``Task`` holds them are
+    converted: validating the whole task again cost three times as much as
+    parsing the row from JSON.
+    """
+    changes = {
+        name: value if (convert := _WRITTEN_AS.get(name)) is None else convert(value)
+        for name, value in written.items()
+    }
+    return base.model_copy(update=changes)
 
 
 def _task_from(fields: dict[str, Any]) -> Task:

@@ -1,0 +1,155 @@
+"""Writes to a row the caller holds (``update(known=...)``, artifacts merged from a copy).
+
+A SQL store then reads back only the columns the write sets and takes the rest
+from the caller's copy. Whatever it returns must be what a read gets back, and
+a copy of a task deleted and created again under the same id must not pass for
+the new one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from queuestore import Artifact, Task, TaskConflict, TaskError, TaskStatus, TaskStore
+from queuestore.owner import OwnerScope
+from queuestore.store import statements
+from queuestore.store.rules import Write
+from queuestore.store.statements import WriteShape
+
+ODD = {"zeta": 1, "alpha": {"é": [1.5, -0.0, 2**64, 1e300, None]}, "": "\u2603"}
+"""Values PostgreSQL's jsonb rewrites: key order, a float written as a 301-digit integer."""
+
+
+def test_an_update_from_a_known_copy_returns_what_a_read_gets_back(store: TaskStore) -> None:
+    task = store.create("x.y", {"q": 1}, metadata={"keep": "me"}, ttl=timedelta(minutes=2))
+
+    written = store.update(
+        task.id,
+        status=TaskStatus.WORKING,
+        status_message="reading",
+        progress=0.25,
+        metadata={"b": True, "a": [ODD]},
+        expected_version=task.version,
+        known=task,
+    )
+
+    read = store.get(task.id)
+    assert written == read
+    assert written.model_dump() == read.model_dump()
+    assert written.status is TaskStatus.WORKING
+    assert written.started_at is not None
+    assert written.version == task.version + 1
+    assert written.updated_at >= task.updated_at
+
+
+def test_a_failure_written_from_a_known_copy_carries_its_typed_error(store: TaskStore) -> None:
+    task = store.update(store.create("x.y").id, status=TaskStatus.WORKING)
+
+    failed = store.update(
+        task.id,
+        status=TaskStatus.FAILED,
+        error={"type": "Boom", "message": "it broke"},
+        result=ODD,
+        expected_version=task.version,
+        known=task,
+    )
+
+    assert failed.error == TaskError(type="Boom", message="it broke")
+    assert failed.finished_at is not None
+    assert failed.worker_id is None
+    assert failed == store.get(task.id)
+
+
+def test_an_artifact_merged_into_a_known_copy_returns_what_a_read_gets_back(
+    store: TaskStore,
+) -> None:
+    task = store.update(store.create("x.y").id, status=TaskStatus.WORKING)
+    first = store.add_artifact(task.id, {"artifact_id": "a", "parts": [{"text": "1"}]}, known=task)
+
+    second = store.add_artifact(
+        task.id, Artifact(artifact_id="a", parts=[{"data": ODD}]), append=True, known=first
+    )
+
+    assert second == store.get(task.id)
+    assert [len(artifact.parts) for artifact in second.artifacts] == [2]
+
+
+def test_a_known_copy_sees_a_lease_moved_without_a_new_version(store: TaskStore) -> None:
+    store.create("x.y", task_id="leased")
+    claimed = store.claim("leased", "w1", timedelta(seconds=30))
+    assert claimed is not None
+    moved = store.heartbeat("leased", "w1", timedelta(minutes=10))
+    assert moved.version == claimed.version  # a heartbeat makes no new version
+
+    written = store.update(
+        "leased",
+        progress=0.5,
+        expected_version=claimed.version,
+        worker_id="w1",
+        known=claimed,
+    )
+
+    assert written.lease_expires_at == moved.lease_expires_at
+    assert written == store.get("leased")
+
+
+def test_a_copy_of_a_deleted_task_is_refused_for_the_task_created_again(
+    store: TaskStore,
+) -> None:
+    old = store.create("x.old", {"n": 1}, task_id="reused", context_id="first")
+    store.delete("reused")
+    again = store.create("x.new", {"n": 2}, task_id="reused", context_id="second")
+    assert again.version == old.version  # the copy's version names the new task too
+
+    with pytest.raises(TaskConflict, match="deleted and created again"):
+        store.update("reused", status_message="late", expected_version=old.version, known=old)
+
+    assert store.get("reused") == again  # nothing was written
+
+
+def test_a_known_copy_at_another_version_is_not_used(store: TaskStore) -> None:
+    task = store.create("x.y")
+    moved = store.update(task.id, status_message="moved on")
+
+    written = store.update(task.id, progress=0.5, expected_version=moved.version, known=task)
+
+    assert written.status_message == "moved on"
+    assert written == store.get(task.id)
+
+
+def test_a_write_from_a_known_copy_returns_only_the_columns_it_sets() -> None:
+    # What makes the write cheap: no whole row built by the server and parsed here.
+    base = Task.model_validate(
+        {
+            "id": "t",
+            "name": "x.y",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
+    )
+    write = Write(
+        scope=OwnerScope(unscoped=True),
+        from_statuses=frozenset({TaskStatus.WORKING}),
+        status=TaskStatus.COMPLETED,
+        values={"result": 1},
+        expected_version=1,
+        release=True,
+        mark_finished=True,
+        base=base,
+    )
+    shape = WriteShape.of(write, announce=True)
+
+    returned = [str(column.key) for column in statements.written_columns(shape)]
+
+    assert shape.based
+    assert returned == [
+        "status",
+        "result",
+        "updated_at",
+        "finished_at",
+        "version",
+        "worker_id",
+        "lease_expires_at",
+    ]
