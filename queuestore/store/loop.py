@@ -20,6 +20,10 @@ maps a fresh frame stack for its first frame and unmaps it when it dies, which
 cost a call that waits on the database 20-40 µs more than the same call in a
 greenlet that has run before (``bench/a2a_store.py``). The protocol is
 SQLAlchemy's, so its ``await_only`` works inside them.
+
+The loop's connections are kept the same way: a call takes one the previous
+call gave back, with the cursor it used, rather than checking it out of the
+engine's pool and back in (a statement's whole pool round, :class:`LoopConnections`).
 """
 
 from __future__ import annotations
@@ -36,28 +40,117 @@ from sqlalchemy.util import await_only
 
 if TYPE_CHECKING:
     from greenlet import greenlet
-    from sqlalchemy import Engine
+    from psycopg import AsyncConnection, AsyncCursor
+    from sqlalchemy import Engine, PoolProxiedConnection
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_ON_LOOP: ContextVar[tuple[object, Engine] | None] = ContextVar("queuestore_on_loop", default=None)
-"""The store running in this greenlet and its loop's engine (the async engine's sync face)."""
+IDLE_CONNECTIONS: Final = 4
+"""How many connections an event loop keeps between its calls, out of its pool."""
 
 
-def loop_engine(store: object) -> Engine | None:
-    """The engine ``store``'s statements use here: its loop's, in a greenlet :func:`run` started."""
+class Lent:
+    """A connection of a loop's pool, lent to one call, with the cursor it keeps."""
+
+    __slots__ = ("cursor", "pooled")
+
+    def __init__(self, pooled: PoolProxiedConnection) -> None:
+        self.pooled = pooled
+        driver: AsyncConnection[Any] | None = pooled.driver_connection
+        assert driver is not None
+        self.cursor: AsyncCursor[Any] = driver.cursor()
+
+
+class LoopConnections:
+    """An event loop's async engine, and the connections it keeps between calls.
+
+    A call that gives its connection back leaves it checked out of the pool,
+    in a short list, for the next call to take as it is: SQLAlchemy's
+    checkout and check-in cost a store write about 19 µs more, and a new
+    psycopg cursor about 5 µs (``bench/a2a_store.py``'s saves, timed inside).
+    A kept connection still counts in the pool, so that the pool's limit
+    holds; whenever every connection is out (someone may be waiting for one),
+    a connection given back goes to the pool, and one that would be taken
+    from the pool for a ``Connection`` (:meth:`release_idle`) releases the
+    kept ones first.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.users = 0  # the open_async blocks open on this loop
+        self._idle: list[Lent] = []
+
+    @property
+    def sync_engine(self) -> Engine:
+        """The async engine's sync face, for ``Connection`` and the pool."""
+        return self.engine.sync_engine
+
+    def lend(self) -> Lent:
+        """A connection for one call: a kept one, or one checked out of the pool."""
+        if self._idle:
+            return self._idle.pop()
+        return Lent(self.sync_engine.raw_connection())
+
+    def give_back(self, lent: Lent) -> None:
+        """Keep ``lent`` for the next call, or return it to the pool if one may wait."""
+        pool = self.sync_engine.pool
+        if len(self._idle) < IDLE_CONNECTIONS and pool.checkedout() < pool.size():  # type: ignore[attr-defined]
+            self._idle.append(lent)
+        else:
+            _close(lent)
+
+    def release_idle(self) -> None:
+        """Return the kept connections to the pool when it has none left to lend."""
+        pool = self.sync_engine.pool
+        if self._idle and pool.checkedout() >= pool.size():  # type: ignore[attr-defined]
+            self.drop_idle(invalidate=False)
+
+    def drop_idle(self, *, invalidate: bool) -> None:
+        """Return every kept connection to the pool, or close them (``invalidate``)."""
+        idle, self._idle = self._idle, []
+        for lent in idle:
+            if invalidate:
+                lent.pooled.invalidate()
+            else:
+                _close(lent)
+
+    async def dispose(self) -> None:
+        """Close every connection: the kept ones and the pool's."""
+        self.drop_idle(invalidate=False)
+        await self.engine.dispose()
+
+
+def _close(lent: Lent) -> None:
+    """Return ``lent`` to its pool; its cursor goes with it."""
+    lent.pooled.close()
+
+
+_ON_LOOP: ContextVar[tuple[object, LoopConnections] | None] = ContextVar(
+    "queuestore_on_loop", default=None
+)
+"""The store running in this greenlet and its loop's connections."""
+
+
+def loop_connections(store: object) -> LoopConnections | None:
+    """The connections ``store``'s statements use here: its loop's, in a greenlet of :func:`run`."""
     running = _ON_LOOP.get()
     return running[1] if running is not None and running[0] is store else None
 
 
 async def run(
-    store: object, engine: Engine, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    store: object,
+    connections: LoopConnections,
+    call: Callable[P, T],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
 ) -> T:
-    """Run ``call`` in a greenlet on this thread; ``store``'s statements use ``engine``."""
+    """Run ``call`` in a greenlet on this thread; ``store``'s statements use ``connections``."""
 
     def on_loop() -> T:
-        token = _ON_LOOP.set((store, engine))
+        token = _ON_LOOP.set((store, connections))
         try:
             return call(*args, **kwargs)
         finally:
@@ -160,4 +253,4 @@ def blocking(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return result
 
 
-__all__ = ["blocking", "loop_engine", "run"]
+__all__ = ["IDLE_CONNECTIONS", "Lent", "LoopConnections", "blocking", "loop_connections", "run"]

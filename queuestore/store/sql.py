@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
@@ -49,7 +49,7 @@ from queuestore.models import TERMINAL, Artifact, Task, TaskError, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store import statements
 from queuestore.store.base import TaskStore
-from queuestore.store.loop import loop_engine
+from queuestore.store.loop import LoopConnections, loop_connections
 from queuestore.store.loop import run as run_on_loop
 from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import (
@@ -151,7 +151,7 @@ class SqlTaskStore(TaskStore):
         self._clock_sql = Clock(database_clock=self._postgres)
         self._prepared: dict[object, Prepared] = {}
         self._pid = os.getpid()
-        self._loops: dict[asyncio.AbstractEventLoop, _LoopEngine] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -200,8 +200,8 @@ class SqlTaskStore(TaskStore):
             loop = asyncio.get_running_loop()
             opened = self._loops.get(loop)
             if opened is None:
-                opened = self._loops[loop] = _LoopEngine.create(
-                    self.engine.url, max_connections=max_connections, timeout=timeout
+                opened = self._loops[loop] = LoopConnections(
+                    _loop_engine(self.engine.url, max_connections=max_connections, timeout=timeout)
                 )
             opened.users += 1
             try:
@@ -210,14 +210,14 @@ class SqlTaskStore(TaskStore):
                 opened.users -= 1
                 if not opened.users:
                     del self._loops[loop]
-                    await opened.engine.dispose()
+                    await opened.dispose()
 
     async def run_async(self, call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """See :meth:`TaskStore.run_async`."""
         opened = self._loops.get(asyncio.get_running_loop()) if self._loops else None
         if opened is None:
             return await super().run_async(call, *args, **kwargs)
-        return await run_on_loop(self, opened.engine.sync_engine, call, *args, **kwargs)
+        return await run_on_loop(self, opened, call, *args, **kwargs)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -242,7 +242,11 @@ class SqlTaskStore(TaskStore):
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         """A connection on which each statement commits by itself."""
-        engine = loop_engine(self) or self._statements
+        engine = self._statements
+        on_loop = loop_connections(self)
+        if on_loop is not None:
+            on_loop.release_idle()  # the pool may have none left but the kept ones
+            engine = on_loop.sync_engine
         with self._guard(), engine.connect() as connection:
             yield connection
 
@@ -308,7 +312,7 @@ class SqlTaskStore(TaskStore):
         Raises:
             StoreUnavailable: the database is unreachable.
         """
-        on_loop = loop_engine(self)
+        on_loop = loop_connections(self)
         tries = 2 if read else 1
         for attempt in range(1, tries + 1):
             try:
@@ -333,28 +337,33 @@ class SqlTaskStore(TaskStore):
                 _raise_unavailable(connection.engine, exc, lost=lost)
 
     def _execute_on_loop(
-        self, engine: Engine, prepared: Prepared, params: dict[str, Any]
+        self, connections: LoopConnections, prepared: Prepared, params: dict[str, Any]
     ) -> list[dict[str, Any]]:
-        """One try of :meth:`_execute` on the loop's engine, straight on psycopg's connection.
+        """One try of :meth:`_execute` on the loop's connections, straight on psycopg's.
 
         The loop's engine is in autocommit from its connect and holds nothing
-        but these connections, so its pool lends the driver's connection with no
-        ``Connection`` around it (no execution options to apply) and takes it
-        back with no reset: each statement commits by itself, and psycopg
-        cancels a statement whose coroutine is cancelled.
+        but these connections, so a connection is lent with no ``Connection``
+        around it (no execution options to apply) and kept with no reset: each
+        statement commits by itself, and psycopg cancels a statement whose
+        coroutine is cancelled.
         """
         with self._guard():
-            pooled = engine.raw_connection()
-        driver = pooled.driver_connection
-        assert driver is not None
+            lent = connections.lend()
         try:
-            return await_only(prepared.all_async(driver, params))
-        except _driver_errors(engine) as exc:
-            lost = engine.dialect.is_disconnect(exc, driver, None)
-            pooled.invalidate(exc)
-            _raise_unavailable(engine, exc, lost=lost)
-        finally:
-            pooled.close()
+            rows = await_only(prepared.all_async(lent.cursor, params))
+        except _driver_errors(connections.sync_engine) as exc:
+            lost = connections.sync_engine.dialect.is_disconnect(
+                exc, lent.pooled.driver_connection, None
+            )
+            lent.pooled.invalidate(exc)
+            if lost:
+                connections.drop_idle(invalidate=True)  # as dead as this one
+            _raise_unavailable(connections.sync_engine, exc, lost=lost)
+        except BaseException:
+            connections.give_back(lent)
+            raise
+        connections.give_back(lent)
+        return rows
 
     # -- primitives ---------------------------------------------------------
 
@@ -666,26 +675,18 @@ def _parse_change(payload: str) -> StatusChange:
     return task_id, TaskStatus(status)
 
 
-@dataclass(eq=False)
-class _LoopEngine:
-    """An event loop's async engine, shared by the ``open_async`` blocks open on it."""
+def _loop_engine(url: URL, *, max_connections: int, timeout: float) -> AsyncEngine:
+    """An event loop's async engine on ``url``: psycopg 3, in autocommit."""
+    from sqlalchemy.ext.asyncio import create_async_engine
 
-    engine: AsyncEngine
-    users: int = 0
-
-    @classmethod
-    def create(cls, url: URL, *, max_connections: int, timeout: float) -> _LoopEngine:
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        engine = create_async_engine(
-            url.set(drivername="postgresql+psycopg"),  # psycopg 3, whatever the sync driver
-            isolation_level="AUTOCOMMIT",
-            pool_reset_on_return=None,  # autocommit: no transaction is ever left open
-            pool_size=max_connections,
-            max_overflow=0,
-            pool_timeout=timeout,
-        )
-        return cls(engine)
+    return create_async_engine(
+        url.set(drivername="postgresql+psycopg"),  # psycopg 3, whatever the sync driver
+        isolation_level="AUTOCOMMIT",
+        pool_reset_on_return=None,  # autocommit: no transaction is ever left open
+        pool_size=max_connections,
+        max_overflow=0,
+        pool_timeout=timeout,
+    )
 
 
 def _autocommit(engine: Engine) -> bool:

@@ -44,7 +44,7 @@ from queuestore.store.rules import UNSET, Write
 from queuestore.store.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
+    from psycopg import AsyncCursor
 
 TABLE = cast(Table, TaskRow.__table__)
 C = TABLE.c
@@ -137,13 +137,11 @@ class Prepared:
         return self.decoded(rows)
 
     async def all_async(
-        self, connection: AsyncConnection[Any], params: Mapping[str, Any]
+        self, cursor: AsyncCursor[Any], params: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
-        """:meth:`all` on psycopg's async connection (PostgreSQL only), in one await."""
-        async with connection.cursor() as cursor:
-            await cursor.execute(self.sql, self.arguments(params))
-            rows = await cursor.fetchall()
-        return self.decoded(rows)
+        """:meth:`all` on a cursor of psycopg's async connection (PostgreSQL only)."""
+        await cursor.execute(self.sql, self.arguments(params))
+        return self.decoded(await cursor.fetchall())
 
     def decoded(self, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
         """The driver's rows as ``{column: value}``, JSON and timestamps converted."""

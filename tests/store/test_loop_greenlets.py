@@ -15,19 +15,18 @@ from typing import Any, TypeVar, cast
 
 import pytest
 from greenlet import getcurrent
-from sqlalchemy import Engine
 from sqlalchemy.util import await_only
 
 from queuestore.store import loop
 
 T = TypeVar("T")
 
-STORE, ENGINE = object(), cast("Engine", object())
+STORE, CONNECTIONS = object(), cast("loop.LoopConnections", object())
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
 
 
 async def on_loop(call: Callable[..., T], *args: Any) -> T:
-    return await loop.run(STORE, ENGINE, call, *args)
+    return await loop.run(STORE, CONNECTIONS, call, *args)
 
 
 def test_a_finished_greenlet_runs_the_next_call() -> None:
@@ -56,12 +55,14 @@ def test_a_call_sees_its_own_task_context_even_in_a_greenlet_another_task_used()
     assert REQUEST.get() == "none"
 
 
-def test_the_call_sees_the_engine_and_only_its_store() -> None:
+def test_the_call_sees_the_connections_and_only_its_store() -> None:
     async def main() -> tuple[object, object]:
-        return await on_loop(lambda: (loop.loop_engine(STORE), loop.loop_engine(object())))
+        return await on_loop(
+            lambda: (loop.loop_connections(STORE), loop.loop_connections(object()))
+        )
 
-    assert asyncio.run(main()) == (ENGINE, None)
-    assert loop.loop_engine(STORE) is None
+    assert asyncio.run(main()) == (CONNECTIONS, None)
+    assert loop.loop_connections(STORE) is None
 
 
 def test_exceptions_cross_both_ways_and_the_greenlet_is_used_again() -> None:
