@@ -21,9 +21,9 @@ cost a call that waits on the database 20-40 µs more than the same call in a
 greenlet that has run before (``bench/a2a_store.py``). The protocol is
 SQLAlchemy's, so its ``await_only`` works inside them.
 
-The loop's connections are kept the same way: a call takes one the previous
-call gave back, with the cursor it used, rather than checking it out of the
-engine's pool and back in (a statement's whole pool round, :class:`LoopConnections`).
+The loop's connections are kept the same way (:class:`LoopConnections`): a call
+takes the one a previous call gave back, with its cursor, instead of checking
+one out of the engine's pool and back in.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.util import await_only
 
 if TYPE_CHECKING:
     from greenlet import greenlet
     from psycopg import AsyncConnection, AsyncCursor
-    from sqlalchemy import Engine, PoolProxiedConnection
+    from sqlalchemy import Engine, PoolProxiedConnection, QueuePool
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 P = ParamSpec("P")
@@ -95,16 +95,14 @@ class LoopConnections:
 
     def give_back(self, lent: Lent) -> None:
         """Keep ``lent`` for the next call, or return it to the pool if one may wait."""
-        pool = self.sync_engine.pool
-        if len(self._idle) < IDLE_CONNECTIONS and pool.checkedout() < pool.size():  # type: ignore[attr-defined]
+        if len(self._idle) < IDLE_CONNECTIONS and not self._exhausted():
             self._idle.append(lent)
         else:
-            _close(lent)
+            lent.pooled.close()
 
     def release_idle(self) -> None:
         """Return the kept connections to the pool when it has none left to lend."""
-        pool = self.sync_engine.pool
-        if self._idle and pool.checkedout() >= pool.size():  # type: ignore[attr-defined]
+        if self._idle and self._exhausted():
             self.drop_idle(invalidate=False)
 
     def drop_idle(self, *, invalidate: bool) -> None:
@@ -114,17 +112,17 @@ class LoopConnections:
             if invalidate:
                 lent.pooled.invalidate()
             else:
-                _close(lent)
+                lent.pooled.close()
 
     async def dispose(self) -> None:
         """Close every connection: the kept ones and the pool's."""
         self.drop_idle(invalidate=False)
         await self.engine.dispose()
 
-
-def _close(lent: Lent) -> None:
-    """Return ``lent`` to its pool; its cursor goes with it."""
-    lent.pooled.close()
+    def _exhausted(self) -> bool:
+        """Whether every connection of the pool is out: a call may be waiting for one."""
+        pool = cast("QueuePool", self.sync_engine.pool)
+        return pool.checkedout() >= pool.size()
 
 
 _ON_LOOP: ContextVar[tuple[object, LoopConnections] | None] = ContextVar(

@@ -47,19 +47,20 @@ def on_loop(url: URL, size: int, body: Callable[[loop.LoopConnections], T]) -> T
 def test_the_next_call_takes_the_connection_and_cursor_the_last_one_gave_back(
     pg_url: URL,
 ) -> None:
-    def body(connections: loop.LoopConnections) -> list[object]:
+    def body(connections: loop.LoopConnections) -> list[loop.Lent]:
+        pool: Any = connections.sync_engine.pool
         lent = []
         for _ in range(5):
             taken = connections.lend()
             lent.append(taken)
             connections.give_back(taken)
-        assert connections.sync_engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+        assert pool.checkedout() == 1
         return lent
 
     lent = on_loop(pg_url, 4, body)
 
     assert len({id(taken) for taken in lent}) == 1
-    assert len({id(taken.cursor) for taken in lent}) == 1  # type: ignore[attr-defined]
+    assert len({id(taken.cursor) for taken in lent}) == 1
 
 
 def test_a_connection_goes_back_to_the_pool_when_no_other_is_left(pg_url: URL) -> None:
