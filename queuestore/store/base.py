@@ -280,7 +280,11 @@ class TaskStore(WorkerProtocol):
             values,
             expected_version=expected_version,
             fence=worker_id,
-            base=known if known is not None and known.id == task_id else None,
+            base=(
+                known
+                if known is not None and known.id == task_id and known.version == expected_version
+                else None
+            ),
         )
         return self._apply(task_id, write)
 

@@ -319,7 +319,7 @@ class StoreCore(ABC):
     ) -> Write:
         """The write that moves a task to ``target`` (or keeps its live status).
 
-        ``base`` is kept only when it is at ``expected_version`` (see :attr:`Write.base`).
+        ``base``: the caller's copy at ``expected_version`` (see :attr:`Write.base`).
         """
         return Write(
             scope=scope,
@@ -331,7 +331,7 @@ class StoreCore(ABC):
             release=target in TERMINAL or target in _PARKED,
             mark_started=target is TaskStatus.WORKING,
             mark_finished=target in TERMINAL,
-            base=base if base is not None and base.version == expected_version else None,
+            base=base,
         )
 
     def _checked_values(

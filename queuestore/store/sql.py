@@ -261,6 +261,10 @@ class SqlTaskStore(TaskStore):
             return (clock - literal(delta, Interval())).cast(UTCDateTime)
         return literal(_value_of(clock) - delta, UTCDateTime)
 
+    def _clock_params(self, lease: timedelta | None = None) -> dict[str, Any]:
+        """What a statement on the clock needs: ``now`` on SQLite, and the lease's length."""
+        return self._clock_sql.params() if lease is None else self._clock_sql.params(lease=lease)
+
     def _prepare(
         self,
         key: object,
@@ -287,8 +291,7 @@ class SqlTaskStore(TaskStore):
         ``build(returning)`` makes the statement return the task as ``returning``:
         the row's columns, or on PostgreSQL the row as one JSON object.
         """
-        intervals = {} if lease is None else {"lease": lease}
-        params |= self._clock_sql.params(**intervals)
+        params |= self._clock_params(lease)
         if self._postgres:
             prepared = self._prepare(
                 ("json", key),
@@ -378,7 +381,7 @@ class SqlTaskStore(TaskStore):
             "metadata": new.metadata,
             "job": new.job,
         }
-        params |= self._clock_sql.params()
+        params |= self._clock_params()
         prepared = self._prepare(
             "insert", lambda: statements.insert_task(self._clock_sql), statements.INSERTED
         )
@@ -429,7 +432,7 @@ class SqlTaskStore(TaskStore):
                 lambda: statements.write_task(shape, self._clock_sql, columns),
                 columns,
             )
-        params |= self._clock_sql.params(**({} if lease is None else {"lease": lease}))
+        params |= self._clock_params(lease)
         rows = self._execute(prepared, params, read=False)
         return _rewritten(base, rows[0]) if rows else None
 
