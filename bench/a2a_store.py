@@ -1,6 +1,6 @@
 """A2A task store benchmark: queuestore's stores beside a2a-sdk's, on one PostgreSQL.
 
-    uv run python bench/a2a_store.py [--tasks N] [--samples S] [--rounds R]
+    uv run python bench/a2a_store.py [--tasks N] [--samples S] [--rounds R] [--block B]
 
 Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust). In one run, on one
 scratch database ``queuestore_bench_a2a_<random>`` (dropped at the end), through
@@ -11,7 +11,8 @@ each store's own async A2A interface, the way ``DefaultRequestHandler`` calls it
    get the whole task, the versioned ones the status event and the version;
 3. N gets;
 4. a walk through 2,000 tasks of one owner, page size 100 (20 pages, every
-   page with ``total_size``), beside 2,000 tasks of another owner;
+   page with ``total_size``), beside 2,000 tasks of another owner, three times
+   a round (``WALKS``);
 
 for a2a-sdk's ``DatabaseTaskStore`` and ``VersionedDatabaseTaskStore`` (SQLAlchemy
 asyncio + asyncpg) and queuestore's ``QueuestoreTaskStore`` and
@@ -24,25 +25,35 @@ asyncio + asyncpg) and queuestore's ``QueuestoreTaskStore`` and
    announced on PostgreSQL) and, for queuestore, also a progress write
    (announced because the subscription follows its task by id: revision 0003).
 
-After a warm-up (50 saves and gets per store), and again before each walk (after
-its 4,000 tasks are saved, outside the timing), every table is ``ANALYZE``d, so
-the planner has statistics even where autovacuum is off: without them a store's
-walk flips between plans as its table grows (queuestore's versioned walk went
-from 12-14 to 6 walks/s from the third of five rounds). Before each timed figure
-the process's garbage is collected: a full collection of this process's heap
-(both sides' objects) takes 80-100 ms here, longer than a whole walk, and
-landed at random in one store's walk or another's. Calls run one after another
-on one event loop (queuestore's store open on it, ``open_async``, as in
-``A2AServer``'s lifespan); every figure is the median of
-``--rounds`` rounds; ratios are queuestore's rate over ``DatabaseTaskStore``'s.
+After a warm-up (50 saves and gets per store), and again before the walks
+(after their 4,000 tasks a store are saved, outside the timing), every table is
+``ANALYZE``d, so the planner has statistics even where autovacuum is off:
+without them a store's walk flips between plans as its table grows
+(queuestore's versioned walk went from 12-14 to 6 walks/s from the third of
+five rounds). Calls run one after another on one event loop (queuestore's
+store open on it, ``open_async``, as in ``A2AServer``'s lifespan).
 
-The floor beside them: the raw operation each figure cannot beat, one psycopg
-statement (prepared, autocommit: one commit each) on a table of the SDK's shape
-(an id key, owner and context columns, the task as one JSON document), timed in
-the same rounds: INSERT for a new task, UPDATE of the document for an update,
-SELECT by key for a get. A target above the floor is out of reach for any store
-that commits each save, which both A2A interfaces require. A second floor runs
-the same three statements from asyncio (psycopg's ``AsyncConnection``) on
+The stores take turns. A round times the figures one after another, and
+within a figure every contender makes ``--block`` calls (100) in its turn,
+the order of the turns rotating with every block, until each has made N; its
+rate is its calls over the sum of its turns' times. So a host that drifts from
+second to second (the SDK's own rate moved by up to 74% between runs here),
+a checkpoint's writes or another process's burst fall on every store alike,
+not on whichever ran during them: timed one store after another, 500 calls
+each, a ratio moved with the host between turns. The garbage is collected
+before each turn and each walk, outside the timing: a full collection of this
+process's heap (both sides' objects) takes 80-100 ms here, longer than a whole
+walk. Every figure is the median of ``--rounds`` rounds; a ratio is the median
+of the rounds' own ratios (queuestore's rate over ``DatabaseTaskStore``'s in
+the same round), beside the lowest.
+
+The floor takes its turns with them: the raw operation each figure cannot
+beat, one psycopg statement (prepared, autocommit: one commit each) on a table
+of the SDK's shape (an id key, owner and context columns, the task as one JSON
+document): INSERT for a new task, UPDATE of the document for an update, SELECT
+by key for a get. A target above the floor is out of reach for any store that
+commits each save, which both A2A interfaces require. A second floor runs the
+same three statements from asyncio (psycopg's ``AsyncConnection``) on
 queuestore's own table, with its indexes: what a store on that row can reach
 from an event loop, before any of its own work.
 """
@@ -59,8 +70,9 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
+import asyncpg
 import psycopg
 from a2a.helpers import new_text_message
 from a2a.server.cluster import (
@@ -94,6 +106,8 @@ from queuestore.a2a import (
 
 WALK_TASKS = 2000
 PAGE_SIZE = 100
+WALKS = 3
+"""Walks a store makes in a round, one a turn: a single walk (60-400 ms) is at the host's mercy."""
 
 
 ALICE = ServerCallContext(user=NamedUser("alice"))
@@ -167,12 +181,44 @@ class Subject:
                 return seen
 
 
-async def rate(calls: list[Callable[[], Awaitable[Any]]]) -> float:
-    gc.collect()
-    began = time.perf_counter()
-    for call in calls:
-        await call()
-    return len(calls) / (time.perf_counter() - began)
+Call = Callable[[], Awaitable[Any]]
+
+
+class Contender(Protocol):
+    """What takes a turn at the saves and gets: a store under test, or a floor."""
+
+    name: str
+
+    async def save_new(self, task: Task) -> None: ...
+
+    async def save_update(self, task: Task) -> None: ...
+
+    async def get(self, task_id: str) -> None: ...
+
+
+async def take_turns(calls: dict[str, list[Call]], block: int, turn: int) -> dict[str, float]:
+    """Each contender's calls in blocks of ``block``, the contenders taking turns.
+
+    The order of the turns rotates with every block (from ``turn`` on), so every
+    contender meets the host in the states the others meet it in: the host's
+    drift from minute to minute, a checkpoint's writes, another process's burst
+    fall on all of them alike rather than on whoever ran during them. The garbage
+    is collected before each block, outside the timing. A contender's rate is
+    its calls over the sum of its blocks' times.
+    """
+    names = list(calls)
+    spent = dict.fromkeys(names, 0.0)
+    blocks = -(-max(len(each) for each in calls.values()) // block)
+    for index in range(blocks):
+        shift = (turn + index) % len(names)
+        for name in names[shift:] + names[:shift]:
+            chunk = calls[name][index * block : (index + 1) * block]
+            gc.collect()
+            began = time.perf_counter()
+            for call in chunk:
+                await call()
+            spent[name] += time.perf_counter() - began
+    return {name: len(calls[name]) / spent[name] for name in names}
 
 
 def analyze_all(url: str) -> None:
@@ -181,63 +227,46 @@ def analyze_all(url: str) -> None:
         db.execute("ANALYZE")
 
 
-async def measure_store(
-    subject: Subject, tasks: int, analyze: Callable[[], None]
-) -> dict[str, float]:
-    created = [new_task() for _ in range(tasks)]
-    figures = {"save new": await rate([lambda t=t: subject.save_new(t) for t in created])}
-    updated = [working(task) for task in created]
-    figures["save update"] = await rate([lambda t=t: subject.save_update(t) for t in updated])
-    figures["get"] = await rate([lambda t=t: subject.get(t.id) for t in created])
-    walk_context = f"walk-{uuid.uuid4().hex[:8]}"
-    for _ in range(WALK_TASKS):
-        await subject.save_new(new_task(walk_context))
-        await subject.save_new(new_task(walk_context), BOB)
-    analyze()  # as autovacuum would, now that the walk's 4,000 rows are in
-    gc.collect()
-    began = time.perf_counter()
-    assert await subject.walk(walk_context) == WALK_TASKS
-    figures["list walk (walks/s)"] = 1 / (time.perf_counter() - began)
-    return figures
-
-
 FLOOR_TABLE = """
 CREATE TABLE IF NOT EXISTS bench_floor (
     id text PRIMARY KEY, owner text NOT NULL, context_id text NOT NULL, body jsonb NOT NULL
 )"""
+FLOOR_BODY = '{"status": {"state": "TASK_STATE_SUBMITTED"}, "history": ["summarise the quarter"]}'
 
 
-def measure_floor(url: str, tasks: int) -> dict[str, float]:
-    """Raw psycopg: one prepared statement and its commit per call."""
-    body = '{"status": {"state": "TASK_STATE_SUBMITTED"}, "history": ["summarise the quarter"]}'
-    ids = [str(uuid.uuid4()) for _ in range(tasks)]
-    figures: dict[str, float] = {}
-    with psycopg.connect(url, autocommit=True) as db:
-        db.execute(FLOOR_TABLE)
-        for figure, sql, params in (
-            (
-                "save new",
-                "INSERT INTO bench_floor (id, owner, context_id, body) VALUES (%s, %s, %s, %s)",
-                lambda i: (i, "alice", "bench", body),
-            ),
-            (
-                "save update",
-                "UPDATE bench_floor SET body = %s WHERE id = %s AND owner = %s",
-                lambda i: (body, i, "alice"),
-            ),
-            (
-                "get",
-                "SELECT body FROM bench_floor WHERE id = %s AND owner = %s",
-                lambda i: (i, "alice"),
-            ),
-        ):
-            began = time.perf_counter()
-            for task_id in ids:
-                cursor = db.execute(sql, params(task_id), prepare=True)
-                if cursor.description is not None:  # a read: fetch what a store would decode
-                    cursor.fetchall()
-            figures[figure] = tasks / (time.perf_counter() - began)
-    return figures
+class Floor:
+    """Raw psycopg on a table of the SDK's shape: one prepared statement and its commit a call."""
+
+    name = "floor: raw psycopg"
+
+    def __init__(self, url: str) -> None:
+        self.db = psycopg.connect(url, autocommit=True)
+        self.db.execute(FLOOR_TABLE)
+
+    async def save_new(self, task: Task) -> None:
+        self.db.execute(
+            "INSERT INTO bench_floor (id, owner, context_id, body) VALUES (%s, %s, %s, %s)",
+            (task.id, "alice", "bench", FLOOR_BODY),
+            prepare=True,
+        )
+
+    async def save_update(self, task: Task) -> None:
+        self.db.execute(
+            "UPDATE bench_floor SET body = %s WHERE id = %s AND owner = %s",
+            (FLOOR_BODY, task.id, "alice"),
+            prepare=True,
+        )
+
+    async def get(self, task_id: str) -> None:
+        cursor = self.db.execute(
+            "SELECT body FROM bench_floor WHERE id = %s AND owner = %s",
+            (task_id, "alice"),
+            prepare=True,
+        )
+        cursor.fetchall()  # what a store would decode
+
+    async def close(self) -> None:
+        self.db.close()
 
 
 QS_INSERT = """
@@ -249,26 +278,115 @@ UPDATE queuestore_tasks SET status = 'working', metadata = %s, updated_at = now(
     version = version + 1
 WHERE id = %s AND owner = %s AND version = 1"""
 QS_GET = "SELECT metadata FROM queuestore_tasks WHERE id = %s AND owner = %s"
+QS_BODY = '{"a2a": {"history": ["summarise the quarter"]}}'
 
 
-async def measure_async_floor(url: str, tasks: int) -> dict[str, float]:
+class AsyncFloor:
     """Raw psycopg from asyncio on queuestore's own table (its indexes): a store's floor."""
-    body = '{"a2a": {"history": ["summarise the quarter"]}}'
-    ids = [str(uuid.uuid4()) for _ in range(tasks)]
-    figures: dict[str, float] = {}
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
-        for figure, sql, params in (
-            ("save new", QS_INSERT, lambda i: (i, "alice", body)),
-            ("save update", QS_UPDATE, lambda i: (body, i, "alice")),
-            ("get", QS_GET, lambda i: (i, "alice")),
-        ):
+
+    name = "floor: raw psycopg from asyncio, queuestore's table"
+
+    def __init__(self, db: psycopg.AsyncConnection[Any]) -> None:
+        self.db = db
+
+    @classmethod
+    async def connect(cls, url: str) -> AsyncFloor:
+        return cls(await psycopg.AsyncConnection.connect(url, autocommit=True))
+
+    async def save_new(self, task: Task) -> None:
+        await self.db.execute(QS_INSERT, (task.id, "alice", QS_BODY), prepare=True)
+
+    async def save_update(self, task: Task) -> None:
+        await self.db.execute(QS_UPDATE, (QS_BODY, task.id, "alice"), prepare=True)
+
+    async def get(self, task_id: str) -> None:
+        cursor = await self.db.execute(QS_GET, (task_id, "alice"), prepare=True)
+        await cursor.fetchall()
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+def numbered(sql: str) -> str:
+    """``sql`` with asyncpg's ``$1, $2, ...`` placeholders for psycopg's ``%s``."""
+    parts = sql.split("%s")
+    return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], start=1)) + parts[-1]
+
+
+class AsyncpgFloor:
+    """:class:`AsyncFloor`'s statements through asyncpg, the SDK's driver: the driver's share."""
+
+    name = "floor: raw asyncpg from asyncio, queuestore's table"
+
+    def __init__(self, db: asyncpg.Connection) -> None:
+        self.db = db
+
+    @classmethod
+    async def connect(cls, url: str) -> AsyncpgFloor:
+        return cls(await asyncpg.connect(url))
+
+    async def save_new(self, task: Task) -> None:
+        await self.db.execute(numbered(QS_INSERT), task.id, "alice", QS_BODY)
+
+    async def save_update(self, task: Task) -> None:
+        await self.db.execute(numbered(QS_UPDATE), QS_BODY, task.id, "alice")
+
+    async def get(self, task_id: str) -> None:
+        await self.db.fetch(numbered(QS_GET), task_id, "alice")
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+async def measure_round(
+    subjects: list[Subject],
+    floors: list[Floor | AsyncFloor | AsyncpgFloor],
+    tasks: int,
+    *,
+    block: int,
+    turn: int,
+    analyze: Callable[[], None],
+) -> dict[str, dict[str, float]]:
+    """One round: every figure with all contenders taking turns, figure after figure."""
+    contenders: list[Contender] = [*subjects, *floors]
+    created = {c.name: [new_task() for _ in range(tasks)] for c in contenders}
+    updated = {name: [working(task) for task in made] for name, made in created.items()}
+    plans: dict[str, dict[str, list[Call]]] = {
+        "save new": {
+            c.name: [functools.partial(c.save_new, task) for task in created[c.name]]
+            for c in contenders
+        },
+        "save update": {
+            c.name: [functools.partial(c.save_update, task) for task in updated[c.name]]
+            for c in contenders
+        },
+        "get": {
+            c.name: [functools.partial(c.get, task.id) for task in created[c.name]]
+            for c in contenders
+        },
+    }
+    figures: dict[str, dict[str, float]] = {}
+    for figure, calls in plans.items():
+        for name, value in (await take_turns(calls, block, turn)).items():
+            figures.setdefault(name, {})[figure] = value
+    # The walks: every store's 4,000 rows first, then the statistics, then
+    # WALKS walks a store, taking turns as the calls do.
+    walks = {subject.name: f"walk-{uuid.uuid4().hex[:8]}" for subject in subjects}
+    for subject in subjects:
+        for _ in range(WALK_TASKS):
+            await subject.save_new(new_task(walks[subject.name]))
+            await subject.save_new(new_task(walks[subject.name]), BOB)
+    analyze()  # as autovacuum would, now that the walks' rows are in
+    spent = dict.fromkeys(walks, 0.0)
+    for index in range(WALKS):
+        shift = (turn + index) % len(subjects)
+        for subject in subjects[shift:] + subjects[:shift]:
             gc.collect()
             began = time.perf_counter()
-            for task_id in ids:
-                cursor = await db.execute(sql, params(task_id), prepare=True)
-                if cursor.description is not None:
-                    await cursor.fetchall()
-            figures[figure] = tasks / (time.perf_counter() - began)
+            assert await subject.walk(walks[subject.name]) == WALK_TASKS
+            spent[subject.name] += time.perf_counter() - began
+    for name, seconds in spent.items():
+        figures[name]["list walk (walks/s)"] = WALKS / seconds
     return figures
 
 
@@ -359,12 +477,18 @@ async def delay_sdk(engine: Any, samples: int) -> list[float]:
     return delays[2:]
 
 
+def ratio_cell(ours: list[float], theirs: list[float]) -> str:
+    """The median of the rounds' ratios (each round's rates side by side), and the lowest."""
+    ratios = [mine / sdk for mine, sdk in zip(ours, theirs, strict=True)]
+    return f"{statistics.median(ratios):.2f}x; {min(ratios):.2f}x"
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-async def run(url: str, tasks: int, samples: int, rounds: int) -> None:
+async def run(url: str, tasks: int, samples: int, rounds: int, block: int) -> None:
     console = Console(width=150)
     engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://"))
     sdk_plain = DatabaseTaskStore(engine)
@@ -396,41 +520,56 @@ async def run(url: str, tasks: int, samples: int, rounds: int) -> None:
     # after the warm-up and before each walk (whose rows were just added).
     analyze = functools.partial(analyze_all, url)
     analyze()
-    results: dict[str, dict[str, list[float]]] = {s.name: {} for s in subjects}
-    floor: dict[str, list[float]] = {}
-    async_floor: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        for subject in subjects:
-            for figure, value in (await measure_store(subject, tasks, analyze)).items():
-                results[subject.name].setdefault(figure, []).append(value)
-        for figure, value in measure_floor(url, tasks).items():
-            floor.setdefault(figure, []).append(value)
-        for figure, value in (await measure_async_floor(url, tasks)).items():
-            async_floor.setdefault(figure, []).append(value)
+    floors: list[Floor | AsyncFloor | AsyncpgFloor] = [
+        Floor(url),
+        await AsyncFloor.connect(url),
+        await AsyncpgFloor.connect(url),
+    ]
+    results: dict[str, dict[str, list[float]]] = {}
+    for turn in range(rounds):
+        measured = await measure_round(
+            subjects, floors, tasks, block=block, turn=turn, analyze=analyze
+        )
+        for name, figures in measured.items():
+            for figure, value in figures.items():
+                results.setdefault(name, {}).setdefault(figure, []).append(value)
+    for floor in floors:
+        await floor.close()
 
     baseline = results[subjects[0].name]
-    table = Table(title=f"A2A task stores, PostgreSQL, {tasks} tasks, median of {rounds} rounds")
+    table = Table(
+        title=f"A2A task stores, PostgreSQL, {tasks} calls a figure in blocks of {block}, "
+        f"median of {rounds} rounds"
+    )
     table.add_column("figure")
     for subject in subjects:
         table.add_column(subject.name.replace(" ", "\n", 1), justify="right")
-    table.add_column("ratio plain\n(queuestore /\nDatabaseTaskStore)", justify="right")
-    table.add_column("ratio versioned\n(queuestore /\nDatabaseTaskStore)", justify="right")
+    table.add_column(
+        "ratio plain\n(queuestore /\nDatabaseTaskStore;\nlowest round)", justify="right"
+    )
+    table.add_column(
+        "ratio versioned\n(queuestore /\nDatabaseTaskStore;\nlowest round)", justify="right"
+    )
     for figure in baseline:
         medians = [statistics.median(results[s.name][figure]) for s in subjects]
         unit = "" if "walk" in figure else "/s"
         table.add_row(
             figure,
             *[f"{value:,.1f}{unit}" for value in medians],
-            f"{medians[2] / medians[0]:.2f}x",
-            f"{medians[3] / medians[0]:.2f}x",
+            *[ratio_cell(results[s.name][figure], baseline[figure]) for s in subjects[2:]],
         )
     console.print(table)
 
-    for title, measured in (
-        ("The floor: raw psycopg, one statement and one commit a call", floor),
-        ("The same from asyncio (AsyncConnection), on queuestore's table", async_floor),
+    for title, floor in zip(
+        (
+            "The floor: raw psycopg, one statement and one commit a call",
+            "The same from asyncio (AsyncConnection), on queuestore's table",
+            "The same through asyncpg (the SDK's driver), on queuestore's table",
+        ),
+        floors,
+        strict=True,
     ):
-        console.print(floor_table(title, measured, baseline))
+        console.print(floor_table(title, results[floor.name], baseline))
 
     ours = await delay_queuestore(store, samples, progress=False)
     ours_progress = await delay_queuestore(store, samples, progress=True)
@@ -463,9 +602,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--block", type=int, default=100, help="calls a contender makes in one turn"
+    )
     arguments = parser.parse_args()
     with scratch_database("queuestore_bench_a2a") as url:
-        asyncio.run(run(url, arguments.tasks, arguments.samples, arguments.rounds))
+        asyncio.run(run(url, arguments.tasks, arguments.samples, arguments.rounds, arguments.block))
 
 
 if __name__ == "__main__":
