@@ -93,7 +93,7 @@ def json_value(value: object, field: str, max_bytes: int) -> JsonValue:
     # The encoding escapes a NUL as \u0000: only a text holding that can hold one.
     if "\\u0000" in encoded and _holds_nul(checked):
         raise InvalidTaskData(_NUL_MESSAGE, field=field)
-    size = len(encoded.encode())
+    size = len(encoded)  # ASCII (ensure_ascii): one byte a character
     if size > max_bytes:
         raise InvalidTaskData(
             f"is {size} bytes as JSON, over the limit of {max_bytes}", field=field
