@@ -55,7 +55,9 @@ by key for a get. A target above the floor is out of reach for any store that
 commits each save, which both A2A interfaces require. A second floor runs the
 same three statements from asyncio (psycopg's ``AsyncConnection``) on
 queuestore's own table, with its indexes: what a store on that row can reach
-from an event loop, before any of its own work.
+from an event loop, before any of its own work. A third runs them through
+asyncpg, the SDK's driver: how much of the gap is psycopg's (queuestore's
+required driver) own work per statement.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ from queuestore.a2a import (
 WALK_TASKS = 2000
 PAGE_SIZE = 100
 WALKS = 3
-"""Walks a store makes in a round, one a turn: a single walk (60-400 ms) is at the host's mercy."""
+"""Walks a store makes in a round, one a turn: a single walk (60-480 ms) is at the host's mercy."""
 
 
 ALICE = ServerCallContext(user=NamedUser("alice"))
