@@ -319,6 +319,7 @@ class AsyncpgFloor:
     """:class:`AsyncFloor`'s statements through asyncpg, the SDK's driver: the driver's share."""
 
     name = "floor: raw asyncpg from asyncio, queuestore's table"
+    INSERT, UPDATE, GET = numbered(QS_INSERT), numbered(QS_UPDATE), numbered(QS_GET)
 
     def __init__(self, db: asyncpg.Connection) -> None:
         self.db = db
@@ -328,13 +329,13 @@ class AsyncpgFloor:
         return cls(await asyncpg.connect(url))
 
     async def save_new(self, task: Task) -> None:
-        await self.db.execute(numbered(QS_INSERT), task.id, "alice", QS_BODY)
+        await self.db.execute(self.INSERT, task.id, "alice", QS_BODY)
 
     async def save_update(self, task: Task) -> None:
-        await self.db.execute(numbered(QS_UPDATE), QS_BODY, task.id, "alice")
+        await self.db.execute(self.UPDATE, QS_BODY, task.id, "alice")
 
     async def get(self, task_id: str) -> None:
-        await self.db.fetch(numbered(QS_GET), task_id, "alice")
+        await self.db.fetch(self.GET, task_id, "alice")
 
     async def close(self) -> None:
         await self.db.close()
