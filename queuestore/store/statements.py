@@ -9,7 +9,8 @@ row, while keeping one definition of the SQL for SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -532,16 +533,37 @@ def _assignments(shape: WriteShape, clock: Clock) -> dict[str, Any]:
     return values
 
 
-def written_columns(shape: WriteShape) -> list[ColumnElement[Any]]:
+def written_columns(shape: WriteShape, sent: Collection[str] = ()) -> list[ColumnElement[Any]]:
     """What a write of ``shape`` returns when the caller holds the row it changes.
 
     Every field of a ``Task`` the write sets, as written (the database's clock,
     documents as ``jsonb`` stores them), and ``lease_expires_at``, which a lease
     extension moves without a new version. The rest of the row is the caller's
-    copy at the version the write is conditioned on (:attr:`Write.base`).
+    copy at the version the write is conditioned on (:attr:`Write.base`), and
+    the ``sent`` documents are the write's own values (:func:`stored_as_sent`).
     """
     written = {*_assignments(shape, Clock(database_clock=True)), "lease_expires_at"}
+    written.difference_update(sent)
     return [column for column in COLUMNS if column.key in written]
+
+
+DOCUMENTS = frozenset(str(column.key) for column in COLUMNS if isinstance(column.type, JSON))
+"""The columns that hold a JSON document."""
+
+_ENCODE = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+def stored_as_sent(document: Any) -> bool:
+    """Whether a read gives ``document`` (a validated JSON value) back equal to itself.
+
+    ``jsonb`` keeps a number's digits, not its float: a float Python writes with
+    an exponent (``1e+16`` and up) comes back as the integer it spells, no longer
+    equal to the float. Every other value comes back equal (``-0.0`` as ``0.0``,
+    an object's keys in ``jsonb``'s order, which equality ignores). SQLite's
+    JSON is the text as written. The test looks at the encoding, ``e+`` in a string
+    included: such a document is read back, never wrongly assumed.
+    """
+    return "e+" not in _ENCODE(document)
 
 
 def write_task(

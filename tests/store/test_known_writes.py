@@ -44,6 +44,43 @@ def test_an_update_from_a_known_copy_returns_what_a_read_gets_back(store: TaskSt
     assert written.updated_at >= task.updated_at
 
 
+PLAIN = {"zeta": 1, "alpha": {"é": [1.5, -0.0, 2**64, 1e-7, 123456.789, None]}, "": "\u2603"}
+"""Values every store gives back equal, though jsonb reorders the keys."""
+
+
+def test_a_document_sent_from_a_known_copy_is_what_a_read_gets_back(store: TaskStore) -> None:
+    task = store.update(store.create("x.y").id, status=TaskStatus.WORKING)
+
+    written = store.update(
+        task.id,
+        metadata={"b": True, "a": [PLAIN]},
+        result=PLAIN,
+        expected_version=task.version,
+        known=task,
+    )
+
+    read = store.get(task.id)
+    assert written == read
+    assert written.model_dump() == read.model_dump()
+    assert written.metadata == {"b": True, "a": [PLAIN]}
+
+
+@pytest.mark.parametrize(
+    ("document", "as_sent"),
+    [
+        (PLAIN, True),
+        ({"a": [1.5e15, -(2**70), "text", None, False]}, True),
+        ({"big": 1e16}, False),  # jsonb gives back the integer 10000000000000000
+        (ODD, False),
+        ({"text": "a e+b"}, False),  # read back: the test looks at the encoding only
+    ],
+)
+def test_a_document_is_taken_as_sent_only_when_a_read_gives_it_back_equal(
+    document: object, as_sent: bool
+) -> None:
+    assert statements.stored_as_sent(document) is as_sent
+
+
 def test_a_failure_written_from_a_known_copy_carries_its_typed_error(store: TaskStore) -> None:
     task = store.update(store.create("x.y").id, status=TaskStatus.WORKING)
 
@@ -147,6 +184,14 @@ def test_a_write_from_a_known_copy_returns_only_the_columns_it_sets() -> None:
     assert returned == [
         "status",
         "result",
+        "updated_at",
+        "finished_at",
+        "version",
+        "worker_id",
+        "lease_expires_at",
+    ]
+    assert [str(column.key) for column in statements.written_columns(shape, ("result",))] == [
+        "status",
         "updated_at",
         "finished_at",
         "version",
