@@ -9,11 +9,10 @@ row, while keeping one definition of the SQL for SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from sqlalchemy import (
     JSON,
@@ -550,20 +549,35 @@ def written_columns(shape: WriteShape, sent: Collection[str] = ()) -> list[Colum
 DOCUMENTS = frozenset(str(column.key) for column in COLUMNS if isinstance(column.type, JSON))
 """The columns that hold a JSON document."""
 
-_ENCODE = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+EXPONENT_FLOATS: Final = 1e16
+"""From here up, Python writes a float with an exponent (``1e+16``), as the driver sends it."""
+
+STORED_AS_SENT_VALUES: Final = 1000
+"""How many values :func:`stored_as_sent` looks at before it lets a read decide."""
 
 
 def stored_as_sent(document: Any) -> bool:
     """Whether a read gives ``document`` (a validated JSON value) back equal to itself.
 
-    ``jsonb`` keeps a number's digits, not its float: a float Python writes with
-    an exponent (``1e+16`` and up) comes back as the integer it spells, no longer
-    equal to the float. Every other value comes back equal (``-0.0`` as ``0.0``,
-    an object's keys in ``jsonb``'s order, which equality ignores). SQLite's
-    JSON is the text as written. The test looks at the encoding, ``e+`` in a string
-    included: such a document is read back, never wrongly assumed.
+    ``jsonb`` keeps a number's digits, not its float: a float the driver writes
+    with an exponent (:data:`EXPONENT_FLOATS` and up) comes back as the integer
+    it spells, no longer equal to the float. Every other value comes back equal
+    (``-0.0`` as ``0.0``, an object's keys in ``jsonb``'s order, which equality
+    ignores). SQLite's JSON is the text as written. A document of more than
+    :data:`STORED_AS_SENT_VALUES` values is not looked through: it is read back.
     """
-    return "e+" not in _ENCODE(document)
+    pending = [document]
+    for _ in range(STORED_AS_SENT_VALUES):
+        if not pending:
+            return True
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, float) and abs(value) >= EXPONENT_FLOATS:
+            return False
+    return not pending
 
 
 def write_task(
