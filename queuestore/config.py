@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     )
     max_payload_bytes: int = Field(
         DEFAULT_MAX_PAYLOAD_BYTES,
-        description="Largest input, result, metadata or artifact, in bytes of compact JSON.",
+        description="Largest input, result, metadata or artifact, in bytes of compact UTF-8 JSON.",
     )
     cursor_secret: SecretStr | None = Field(
         None,

@@ -13,7 +13,7 @@ from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
 from .support import StoreFactory, reach, snapshot
 
 LIMIT = 1000
-"""The payload limit of the store under test, in bytes of compact JSON."""
+"""The payload limit of the store under test, in bytes of compact JSON (UTF-8)."""
 
 BIG = "x" * LIMIT
 NAIVE = datetime(2026, 1, 1, 12, 0)
@@ -194,6 +194,16 @@ def test_payloads_up_to_the_limit_are_accepted(small_store: TaskStore) -> None:
     done = small_store.update(task.id, result=fits, status="completed")
 
     assert done.input == done.metadata == done.result == fits
+
+
+def test_the_limit_counts_the_bytes_of_utf8_not_of_escapes(small_store: TaskStore) -> None:
+    room = LIMIT - len('{"a":""}')
+    fits = {"a": "é" * (room // 2)}  # two bytes each; escaped as \\u00e9 it would be six
+    over = {"a": "é" * (room // 2 + 1)}
+
+    assert small_store.create("x.y", fits).input == fits
+    with pytest.raises(InvalidTaskData, match=f"is {LIMIT + 2} bytes as JSON"):
+        small_store.create("x.y", over)
 
 
 def test_appending_past_the_limit_is_refused_and_keeps_the_parts(small_store: TaskStore) -> None:
