@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -95,7 +96,9 @@ def make_engine(url: str, **options: Any) -> Engine:
     ``postgresql://`` URLs use psycopg 3. The folder of an SQLite file is created.
     Connections are in autocommit: every store operation is one statement,
     atomic on its own, so BEGIN and COMMIT would only add round trips.
-    No pre-ping: it would cost a round trip per operation. A connection that
+    Documents go to psycopg encoded by pydantic-core (``json_serializer``),
+    several times faster than ``json.dumps`` and already what validation
+    measures them with. No pre-ping: it would cost a round trip per operation. A connection that
     died with the server is invalidated on first use (raising
     ``StoreUnavailable``) and the pool reconnects on the next call.
     """
@@ -111,6 +114,8 @@ def make_engine(url: str, **options: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     options.setdefault("isolation_level", "AUTOCOMMIT")
+    if parsed.get_driver_name() == "psycopg":
+        options.setdefault("json_serializer", to_json)
     return create_engine(parsed, **options)
 
 
@@ -698,6 +703,7 @@ def _loop_engine(url: URL, *, max_connections: int, timeout: float) -> AsyncEngi
         url.set(drivername="postgresql+psycopg"),  # psycopg 3, whatever the sync driver
         isolation_level="AUTOCOMMIT",
         pool_reset_on_return=None,  # autocommit: no transaction is ever left open
+        json_serializer=to_json,
         pool_size=max_connections,
         max_overflow=0,
         pool_timeout=timeout,
