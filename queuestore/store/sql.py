@@ -424,34 +424,33 @@ class SqlTaskStore(TaskStore):
     def _write_known(
         self, write: Write, shape: WriteShape, params: dict[str, Any], lease: timedelta | None
     ) -> Task | None:
-        """A write to a row the caller holds: only what it sets is read back.
+        """A write to a row the caller holds: only what the database decides is read back.
 
         Building the whole row as JSON cost the server about 20 µs a write
-        (``EXPLAIN ANALYZE``), and parsing it the client about 10 µs more. A
-        document the write sends is not read back either when the read would
-        give it back equal (:func:`statements.stored_as_sent`): returning the
-        A2A task's envelope cost an update about 20 µs more (raw psycopg,
-        statements alternating).
+        (``EXPLAIN ANALYZE``), and parsing it the client about 10 µs more. What
+        the write sends is not read back either: the status it sets, a text or a
+        number, and a document a read would give back equal
+        (:func:`statements.stored_as_sent`). Returning the A2A task's envelope
+        cost an update about 20 µs more (raw psycopg, statements alternating).
         """
         assert write.base is not None
-        sent = tuple(
-            name
+        sent: dict[str, Any] = {
+            name: write.values[name]
             for name in shape.columns
-            if name in statements.DOCUMENTS and statements.stored_as_sent(params[f"v_{name}"])
-        )
-        prepared = self._prepared.get(("written", shape, sent))
+            if name not in statements.DOCUMENTS or statements.stored_as_sent(params[f"v_{name}"])
+        }
+        if shape.status is not None:
+            sent["status"] = shape.status
+        key = ("written", shape, tuple(sent))
+        prepared = self._prepared.get(key)
         if prepared is None:
             columns = statements.written_columns(shape, sent)
             prepared = self._prepare(
-                ("written", shape, sent),
-                lambda: statements.write_task(shape, self._clock_sql, columns),
-                columns,
+                key, lambda: statements.write_task(shape, self._clock_sql, columns), columns
             )
         params |= self._clock_params(lease)
         rows = self._execute(prepared, params, read=False)
-        if not rows:
-            return None
-        return _rewritten(write.base, rows[0] | {name: write.values[name] for name in sent})
+        return _rewritten(write.base, rows[0], sent) if rows else None
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         shape, params = _page_shape(query, after=after is not None)
@@ -737,25 +736,24 @@ def _to_task(row: Row[Any]) -> Task:
 
 
 _WRITTEN_AS: dict[str, Callable[[Any], Any]] = {
-    "status": TaskStatus,
     "error": TypeAdapter(TaskError | None).validate_python,
     "artifacts": TypeAdapter(list[Artifact]).validate_python,
 }
 """The columns a write returns that a ``Task`` holds as another type than the driver's."""
 
 
-def _rewritten(base: Task, written: Mapping[str, Any]) -> Task:
-    """``base`` with the columns a write returned (:func:`statements.written_columns`).
+def _rewritten(base: Task, written: Mapping[str, Any], sent: Mapping[str, Any]) -> Task:
+    """``base`` with the columns a write returned and the values it ``sent`` as they are.
 
-    Only the values the driver does not give as ``Task`` holds them are
-    converted: validating the whole task again cost three times as much as
+    Only the returned values the driver does not give as ``Task`` holds them
+    are converted: validating the whole task again cost three times as much as
     parsing the row from JSON.
     """
     changes = {
         name: value if (convert := _WRITTEN_AS.get(name)) is None else convert(value)
         for name, value in written.items()
     }
-    return base.model_copy(update=changes)
+    return base.model_copy(update={**changes, **sent})
 
 
 def _task_from(fields: dict[str, Any]) -> Task:

@@ -539,7 +539,8 @@ def written_columns(shape: WriteShape, sent: Collection[str] = ()) -> list[Colum
     documents as ``jsonb`` stores them), and ``lease_expires_at``, which a lease
     extension moves without a new version. The rest of the row is the caller's
     copy at the version the write is conditioned on (:attr:`Write.base`), and
-    the ``sent`` documents are the write's own values (:func:`stored_as_sent`).
+    the ``sent`` columns are the write's own values: a status, text or number
+    comes back as sent, a document when :func:`stored_as_sent` says so.
     """
     written = {*_assignments(shape, Clock(database_clock=True)), "lease_expires_at"}
     written.difference_update(sent)

@@ -197,8 +197,9 @@ def test_a_write_from_a_known_copy_returns_only_the_columns_it_sets() -> None:
         "worker_id",
         "lease_expires_at",
     ]
-    assert [str(column.key) for column in statements.written_columns(shape, ("result",))] == [
-        "status",
+    assert [
+        str(column.key) for column in statements.written_columns(shape, ("status", "result"))
+    ] == [
         "updated_at",
         "finished_at",
         "version",
