@@ -87,6 +87,10 @@ class LoopConnections:
         """The async engine's sync face, for ``Connection`` and the pool."""
         return self.engine.sync_engine
 
+    def kept(self) -> Lent | None:
+        """A connection a previous call gave back, if one is kept."""
+        return self._idle.pop() if self._idle else None
+
     def lend(self) -> Lent:
         """A connection for one call: a kept one, or one checked out of the pool."""
         if self._idle:

@@ -355,8 +355,10 @@ class SqlTaskStore(TaskStore):
         statement commits by itself, and psycopg cancels a statement whose
         coroutine is cancelled.
         """
-        with self._guard():
-            lent = connections.lend()
+        lent = connections.kept()
+        if lent is None:
+            with self._guard():  # a checkout may find the database gone
+                lent = connections.lend()
         try:
             rows = await_only(prepared.all_async(lent.cursor, params))
         except _driver_errors(connections.sync_engine) as exc:
