@@ -98,9 +98,9 @@ def make_engine(url: str, **options: Any) -> Engine:
     atomic on its own, so BEGIN and COMMIT would only add round trips.
     Documents go to psycopg encoded by pydantic-core (``json_serializer``),
     several times faster than ``json.dumps`` and already what validation
-    measures them with. No pre-ping: it would cost a round trip per operation. A connection that
-    died with the server is invalidated on first use (raising
-    ``StoreUnavailable``) and the pool reconnects on the next call.
+    measures them with. No pre-ping: it would cost a round trip per operation.
+    A connection that died with the server is invalidated on first use
+    (raising ``StoreUnavailable``) and the pool reconnects on the next call.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":

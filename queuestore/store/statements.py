@@ -551,7 +551,8 @@ DOCUMENTS = frozenset(str(column.key) for column in COLUMNS if isinstance(column
 """The columns that hold a JSON document."""
 
 EXPONENT_FLOATS: Final = 1e16
-"""From here up, Python writes a float with an exponent (``1e+16``), as the driver sends it."""
+"""From here up, a float is encoded with an exponent (``1e+16``): by ``json.dumps`` and by
+pydantic-core's encoder alike, whichever the engine hands its driver."""
 
 STORED_AS_SENT_VALUES: Final = 1000
 """How many values :func:`stored_as_sent` looks at before it lets a read decide."""
