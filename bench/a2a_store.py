@@ -380,16 +380,13 @@ async def measure_round(
             await subject.save_new(new_task(walks[subject.name]))
             await subject.save_new(new_task(walks[subject.name]), BOB)
     analyze()  # as autovacuum would, now that the walks' rows are in
-    spent = dict.fromkeys(walks, 0.0)
-    for index in range(WALKS):
-        shift = (turn + index) % len(subjects)
-        for subject in subjects[shift:] + subjects[:shift]:
-            gc.collect()
-            began = time.perf_counter()
-            assert await subject.walk(walks[subject.name]) == WALK_TASKS
-            spent[subject.name] += time.perf_counter() - began
-    for name, seconds in spent.items():
-        figures[name]["list walk (walks/s)"] = WALKS / seconds
+
+    async def walk(subject: Subject) -> None:
+        assert await subject.walk(walks[subject.name]) == WALK_TASKS
+
+    turns = {subject.name: [functools.partial(walk, subject)] * WALKS for subject in subjects}
+    for name, rate in (await take_turns(turns, 1, turn)).items():
+        figures[name]["list walk (walks/s)"] = rate
     return figures
 
 
