@@ -93,9 +93,8 @@ class LoopConnections:
 
     def lend(self) -> Lent:
         """A connection for one call: a kept one, or one checked out of the pool."""
-        if self._idle:
-            return self._idle.pop()
-        return Lent(self.sync_engine.raw_connection())
+        kept = self.kept()
+        return kept if kept is not None else Lent(self.sync_engine.raw_connection())
 
     def give_back(self, lent: Lent) -> None:
         """Keep ``lent`` for the next call, or return it to the pool if one may wait."""
