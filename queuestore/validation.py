@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from queuestore.errors import InvalidTaskData
 from queuestore.models import TASK_ID_PATTERN, Artifact, TaskError, TaskStatus
@@ -19,6 +19,12 @@ MAX_NAME_LENGTH: Final = 200
 MAX_LABEL_LENGTH: Final = 256
 MAX_MESSAGE_LENGTH: Final = 10_000
 MAX_PAGE_SIZE: Final = 1000
+_PARSER_NESTING: Final = 201
+"""The deepest nesting pydantic-core's JSON parser takes (its recursion limit)."""
+_READ_NESTING: Final = 3
+"""How deep a read parses a document: a page's array, a task, its artifacts (or answers)."""
+MAX_NESTING: Final = _PARSER_NESTING - _READ_NESTING
+"""How deep a JSON document may nest for every read to parse it (PostgreSQL reads as JSON)."""
 
 _MILLISECOND: Final = timedelta(milliseconds=1)
 _NUL_MESSAGE: Final = "must not contain the NUL character (PostgreSQL cannot store it)"
@@ -27,10 +33,10 @@ M = TypeVar("M", bound=BaseModel)
 
 _NAME = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 _JSON: Final = TypeAdapter[JsonValue](JsonValue, config=ConfigDict(allow_inf_nan=False))
-"""JSON values, NaN and infinity refused: validated in pydantic-core, measured by its encoder.
+"""The validator that says where a value is not JSON (NaN and infinity refused).
 
-``json.dumps`` took an A2A update's 200-byte envelope about 8 µs in place,
-pydantic-core's encoder about one.
+It calls a Python function for every value it meets, so it only explains a
+refusal: :func:`json_value` decides by a round trip through pydantic-core.
 """
 
 
@@ -87,12 +93,26 @@ def message(value: object, field: str = "status_message") -> str | None:
 
 
 def json_value(value: object, field: str, max_bytes: int) -> JsonValue:
-    """A JSON value (no NaN or infinity) no larger than ``max_bytes`` as compact UTF-8 JSON."""
+    """A JSON value (no NaN or infinity) no larger than ``max_bytes`` as compact UTF-8 JSON.
+
+    ``value`` is JSON when pydantic-core's encoder and parser, both in Rust,
+    give it back equal: a tuple comes back a list, a non-string key a string,
+    NaN never equals itself, and a set, bytes or an object do not encode at
+    all. What comes back (JSON's own types, a fresh copy) is what is kept.
+    It nests at most :data:`MAX_NESTING` levels. (pydantic's ``JsonValue``
+    validator, used before, calls a Python function for each value it meets.)
+    """
     try:
-        checked = _JSON.validate_python(value, strict=True)
-    except ValidationError as exc:
-        raise InvalidTaskData(f"is not JSON: {_first_error(exc)}", field=field) from exc
-    encoded = to_json(checked)
+        encoded = to_json(value)
+        # Parsed as deep down as a read will find it, so that every read can parse it.
+        checked: JsonValue = from_json(_WRAP_OPEN + encoded + _WRAP_CLOSE, allow_inf_nan=False)
+        for _ in range(_READ_NESTING):
+            assert isinstance(checked, list)
+            checked = checked[0]
+    except ValueError as exc:  # a type JSON lacks, a lone surrogate, NaN, too deep
+        raise InvalidTaskData(f"is not JSON: {_not_json(value, exc)}", field=field) from exc
+    if checked != value:
+        raise InvalidTaskData(f"is not JSON: {_not_json(value, None)}", field=field)
     # The encoding escapes a NUL as \u0000: only a text holding that can hold one.
     if b"\\u0000" in encoded and _holds_nul(checked):
         raise InvalidTaskData(_NUL_MESSAGE, field=field)
@@ -110,7 +130,7 @@ def json_object(value: object, field: str, max_bytes: int) -> dict[str, JsonValu
         return {}
     if not isinstance(value, Mapping):
         raise InvalidTaskData("must be a JSON object", field=field)
-    checked = json_value(dict(value), field, max_bytes)
+    checked = json_value(value if isinstance(value, dict) else dict(value), field, max_bytes)
     assert isinstance(checked, dict)
     return checked
 
@@ -203,6 +223,25 @@ def _holds_nul(value: JsonValue) -> bool:
     if isinstance(value, list):
         return any(_holds_nul(item) for item in value)
     return False
+
+
+_WRAP_OPEN, _WRAP_CLOSE = b"[" * _READ_NESTING, b"]" * _READ_NESTING
+
+
+def _not_json(value: object, failure: ValueError | None) -> str:
+    """Why ``value`` is not JSON: where the validator finds it, else why the round trip failed."""
+    try:
+        _JSON.validate_python(value, strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        # The location alternates the union's tags (dict, list, float...) and the keys.
+        where = ".".join(str(part) for part in first["loc"][1::2])
+        return f"{where}: {first['msg']}" if where else str(first["msg"])
+    except RecursionError:
+        pass
+    if failure is None:
+        return "it does not come back equal from JSON"
+    return str(failure).removeprefix("Error serializing to JSON: ")
 
 
 def _first_error(exc: ValidationError) -> str:

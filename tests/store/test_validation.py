@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import pytest
 
 from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
+from queuestore.validation import MAX_NESTING
 
 from .support import StoreFactory, reach, snapshot
 
@@ -20,6 +23,15 @@ NAIVE = datetime(2026, 1, 1, 12, 0)
 LEASE = timedelta(minutes=1)
 
 Call = Callable[[TaskStore, Task], object]
+
+
+def nested(depth: int) -> list[Any]:
+    """A list in a list ... ``depth`` levels deep."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
 
 CASES: list[tuple[str, str, Call]] = [
     # create: name
@@ -37,6 +49,9 @@ CASES: list[tuple[str, str, Call]] = [
     ("input holding an object", "input", lambda s, t: s.create("x.y", {"a": object()})),
     ("input holding bytes", "input", lambda s, t: s.create("x.y", {"a": b"raw"})),
     ("input with a non-string key", "input", lambda s, t: s.create("x.y", {1: "a"})),  # type: ignore[dict-item]
+    ("input holding a tuple", "input", lambda s, t: s.create("x.y", {"a": (1, 2)})),
+    ("input holding a lone surrogate", "input", lambda s, t: s.create("x.y", {"a": "\ud800"})),
+    ("input nested too deeply", "input", lambda s, t: s.create("x.y", nested(MAX_NESTING + 1))),
     ("input a list", "input", lambda s, t: s.create("x.y", [1, 2])),  # type: ignore[arg-type]
     ("input a string", "input", lambda s, t: s.create("x.y", "text")),  # type: ignore[arg-type]
     ("oversize input", "input", lambda s, t: s.create("x.y", {"a": BIG})),
@@ -232,3 +247,53 @@ def test_ttl_is_cut_to_the_millisecond_by_every_store(store: TaskStore) -> None:
 
     assert task.ttl == timedelta(seconds=1, milliseconds=1)
     assert store.get(task.id).ttl == task.ttl
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"a": {"b": [1, object()]}}, "is not JSON: a.b.1: input was not a valid JSON value"),
+        ({"a": {"b": (1, 2)}}, "is not JSON: a.b: input was not a valid JSON value"),
+        ({"a": float("nan")}, "is not JSON: a: Input should be a finite number"),
+        ({"a": "\ud800"}, "surrogates not allowed"),
+        ({"a": nested(MAX_NESTING)}, "is not JSON: recursion limit exceeded"),
+    ],
+)
+def test_a_refusal_says_where_the_value_is_not_json(
+    small_store: TaskStore, value: Any, says: str
+) -> None:
+    with pytest.raises(InvalidTaskData, match=r"^input: ") as raised:
+        small_store.create("x.y", value)
+
+    assert says in str(raised.value)
+
+
+def test_what_is_kept_is_json_own_types(store: TaskStore) -> None:
+    class Colour(StrEnum):
+        RED = "red"
+
+    given = {"colour": Colour.RED, "rows": OrderedDict(a=1), "big": 10**30}
+
+    task = store.create("x.y", given)
+
+    assert task.input == given
+    assert type(task.input["colour"]) is str
+    assert type(task.input["rows"]) is dict
+    assert store.get(task.id).input == task.input
+
+
+def test_the_deepest_documents_are_read_back_one_by_one_and_in_pages(store: TaskStore) -> None:
+    deep = nested(MAX_NESTING)
+    task = store.create("x.y", {"a": nested(MAX_NESTING - 1)}, metadata={"m": deep[0]})
+    store.update(task.id, status="working")
+    store.add_artifact(task.id, Artifact(artifact_id="a", parts=[nested(MAX_NESTING - 2)]))
+    store.update(task.id, status="input_required")
+    store.provide_input(task.id, deep)
+    store.update(task.id, status="completed", result=deep)
+
+    read = store.get(task.id)
+    (listed,) = store.list().tasks
+
+    assert read == listed
+    assert read.result == read.answers[0] == deep
+    assert read.artifacts[0].parts == [nested(MAX_NESTING - 2)]
