@@ -7,6 +7,7 @@ import re
 import secrets
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import cache
 from typing import Annotated, Final
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, field_validator
@@ -62,6 +63,7 @@ TRANSITIONS: Final[dict[TaskStatus, frozenset[TaskStatus]]] = {
 """The only table of allowed status changes; every store checks writes against it."""
 
 
+@cache
 def sources_of(target: TaskStatus) -> frozenset[TaskStatus]:
     """Statuses from which a write may set ``target``.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from sqlalchemy import (
     JSON,
@@ -438,9 +438,13 @@ CLOCK = select(func.now().cast(UTCDateTime).label("now"))
 """PostgreSQL's clock, as the store's writes read it."""
 
 
-@dataclass(frozen=True, slots=True)
-class WriteShape:
-    """Everything about a :class:`Write` that changes its SQL (not its values)."""
+class WriteShape(NamedTuple):
+    """Everything about a :class:`Write` that changes its SQL (not its values).
+
+    A named tuple, not a frozen dataclass: every write builds one and looks its
+    statement up by it, and a tuple is built and hashed in C (1.0 against 2.6 µs
+    to build one of 15 fields, 0.09 against 0.25 µs to hash it).
+    """
 
     columns: tuple[str, ...]
     status: TaskStatus | None
