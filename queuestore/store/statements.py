@@ -105,10 +105,11 @@ class Prepared:
             name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
         }
         self._order = compiled.positiontup
-        self._bind = {
+        binds = {
             name: bind.type.dialect_impl(dialect).bind_processor(dialect)
             for name, bind in compiled.binds.items()
         }
+        self._bind = {name: process for name, process in binds.items() if process is not None}
         self._result = [(str(column.key), _result_processor(column, dialect)) for column in columns]
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -120,8 +121,7 @@ class Prepared:
         """The driver's arguments for :attr:`sql`: defaults filled in, values bound."""
         values = {**self._defaults, **params}
         for name, process in self._bind.items():
-            if process is not None:
-                values[name] = process(values[name])
+            values[name] = process(values[name])
         return values if self._order is None else [values[n] for n in self._order]
 
     def all(self, connection: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -240,6 +240,18 @@ the other statements return it, cost the server about 40 µs more an insert.
 """
 
 
+_ONE: ColumnElement[int] = literal_column("1", Integer())
+_EMPTY_LIST: ColumnElement[Any] = literal_column("'[]'")
+"""Constants written into the SQL, not sent as parameters: the driver dumps every
+parameter on every call, and a JSON one through the engine's serializer."""
+
+
+def _sql_text(value: str) -> ColumnElement[str]:
+    """A constant text in the SQL (one of this module's own: no quote to escape)."""
+    assert "'" not in value
+    return literal_column(f"'{value}'", Text())
+
+
 def insert_task(clock: Clock) -> ClauseElement:
     """Insert a task in ``submitted``; parameters are the new task's fields.
 
@@ -252,8 +264,8 @@ def insert_task(clock: Clock) -> ClauseElement:
     }
     values |= {
         "status": literal_column(f"'{TaskStatus.SUBMITTED.value}'"),
-        "artifacts": bindparam("empty_artifacts", [], type_=C.artifacts.type),
-        "answers": bindparam("empty_answers", [], type_=C.answers.type),
+        "artifacts": _EMPTY_LIST,
+        "answers": _EMPTY_LIST,
         "created_at": now,
         "updated_at": now,
         "attempt": literal_column("0"),
@@ -518,14 +530,14 @@ def _assignments(shape: WriteShape, clock: Clock) -> dict[str, Any]:
     values: dict[str, Any] = {
         name: bindparam(f"v_{name}", type_=C[name].type) for name in shape.columns
     }
-    values |= {"updated_at": now, "version": C.version + 1}
+    values |= {"updated_at": now, "version": C.version + _ONE}
     if shape.status is not None:
         values["status"] = literal_column(f"'{shape.status.value}'")
     if shape.claim:
         values |= {
             "worker_id": bindparam("worker", type_=C.worker_id.type),
             "lease_expires_at": clock.later("lease"),
-            "attempt": C.attempt + 1,
+            "attempt": C.attempt + _ONE,
         }
     if shape.release:
         values |= {"worker_id": None, "lease_expires_at": None, "dispatched_at": None}
@@ -611,9 +623,9 @@ def write_task(
         # The caller's copy is of this row, not of one deleted since under the same id.
         conditions.append(C.created_at == bindparam("base_created_at", type_=UTCDateTime))
     # Announce the change in the same statement, hence the same commit.
-    change = C.id.concat(":").concat(C.status)  # in RETURNING: the row as written
+    change = C.id.concat(_sql_text(":")).concat(C.status)  # in RETURNING: the row as written
     notices = [
-        func.pg_notify(channel, change).label(label)
+        func.pg_notify(_sql_text(channel), change).label(label)
         for channel, label, wanted in (
             (NOTIFY_CHANNEL, "_notified", shape.announce),
             (STOP_CHANNEL, "_stopped", shape.stops),
@@ -627,7 +639,8 @@ def write_task(
             .where(WATCHES.c.task_id == C.id, WATCHES.c.until > func.now())
             .exists()
         )
-        notices.append(case((watched, func.pg_notify(NOTIFY_CHANNEL, change))).label("_watched"))
+        notify = func.pg_notify(_sql_text(NOTIFY_CHANNEL), change)
+        notices.append(case((watched, notify)).label("_watched"))
     return update(TABLE).where(*conditions).values(values).returning(*returning, *notices)
 
 
