@@ -239,9 +239,24 @@ def _not_json(value: object, failure: ValueError | None) -> str:
         return f"{where}: {first['msg']}" if where else str(first["msg"])
     except RecursionError:
         pass
+    if _nesting(value) > MAX_NESTING:
+        return f"nests deeper than {MAX_NESTING} levels"
     if failure is None:
         return "it does not come back equal from JSON"
     return str(failure).removeprefix("Error serializing to JSON: ")
+
+
+def _nesting(value: object) -> int:
+    """How many lists and dicts ``value`` holds one inside the other, at the deepest."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            pending.extend(
+                (inner, level + 1) for inner in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def _first_error(exc: ValidationError) -> str:
