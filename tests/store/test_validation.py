@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
-from queuestore.validation import MAX_NESTING
+from queuestore.validation import MAX_NESTING, TEXT_DOCUMENT_BYTES
 
 from .support import StoreFactory, reach, snapshot
 
@@ -268,11 +268,34 @@ def test_a_refusal_says_where_the_value_is_not_json(
     assert says in str(raised.value)
 
 
-def test_what_is_kept_is_json_own_types(store: TaskStore) -> None:
+TEXT = "é" * (TEXT_DOCUMENT_BYTES // 2)
+"""Non-ASCII text enough to make a document large with few containers (validated, not parsed)."""
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"text": TEXT, "a": {"b": [1, object()]}}, "a.b.1: input was not a valid JSON value"),
+        ({"text": TEXT, "a": {"b": (1, 2)}}, "a.b: input was not a valid JSON value"),
+        ({"text": TEXT, "a": float("inf")}, "a: Input should be a finite number"),
+        ({"text": TEXT, 1: "a"}, "1: Input should be a valid string"),
+        ({"text": TEXT + "\ud800"}, "surrogates not allowed"),
+        ({"text": TEXT, "nul": ["\x00"]}, "must not contain the NUL character"),
+    ],
+)
+def test_a_large_text_document_is_refused_alike(store: TaskStore, value: Any, says: str) -> None:
+    with pytest.raises(InvalidTaskData, match=r"^input: ") as raised:
+        store.create("x.y", value)
+
+    assert says in str(raised.value)
+
+
+@pytest.mark.parametrize("text", ["", TEXT], ids=["small", "large text"])
+def test_what_is_kept_is_json_own_types(store: TaskStore, text: str) -> None:
     class Colour(StrEnum):
         RED = "red"
 
-    given = {"colour": Colour.RED, "rows": OrderedDict(a=1), "big": 10**30}
+    given = {"colour": Colour.RED, "rows": OrderedDict(a=1), "big": 10**30, "text": text}
 
     task = store.create("x.y", given)
 
