@@ -268,7 +268,9 @@ def _validated(value: object, field: str) -> JsonValue:
     try:
         return _JSON.validate_python(value, strict=True)
     except ValidationError as exc:
-        raise InvalidTaskData(f"is not JSON: {_where(exc)}", field=field) from exc
+        raise InvalidTaskData(
+            f"is not JSON: {_first_error(exc, json_value=True)}", field=field
+        ) from exc
 
 
 def _not_json(value: object, failure: ValueError | None) -> str:
@@ -276,7 +278,7 @@ def _not_json(value: object, failure: ValueError | None) -> str:
     try:
         _JSON.validate_python(value, strict=True)
     except ValidationError as exc:
-        return _where(exc)
+        return _first_error(exc, json_value=True)
     except RecursionError:
         pass
     if _nesting(value) > MAX_NESTING:
@@ -284,14 +286,6 @@ def _not_json(value: object, failure: ValueError | None) -> str:
     if failure is None:
         return "it does not come back equal from JSON"
     return str(failure).removeprefix("Error serializing to JSON: ")
-
-
-def _where(exc: ValidationError) -> str:
-    """Where the ``JsonValue`` validator found a value that is not JSON, and why."""
-    first = exc.errors()[0]
-    # The location alternates the union's tags (dict, list, float...) and the keys.
-    where = ".".join(str(part) for part in first["loc"][1::2])
-    return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 
 def _nesting(value: object) -> int:
@@ -307,7 +301,13 @@ def _nesting(value: object) -> int:
     return deepest
 
 
-def _first_error(exc: ValidationError) -> str:
+def _first_error(exc: ValidationError, *, json_value: bool = False) -> str:
+    """Where validation failed first, and why.
+
+    ``json_value``: the ``JsonValue`` validator's error, whose location
+    alternates the union's tags (dict, list, float...) and the keys.
+    """
     first: Mapping[str, Any] = exc.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ()))
+    loc = first.get("loc", ())
+    where = ".".join(str(part) for part in (loc[1::2] if json_value else loc))
     return f"{where}: {first['msg']}" if where else str(first["msg"])
