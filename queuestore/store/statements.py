@@ -225,9 +225,15 @@ def scoped(kind: str) -> ColumnElement[bool]:
     return C.owner == bindparam("owner", type_=C.owner.type)
 
 
+def _sql_text(value: str) -> ColumnElement[str]:
+    """A constant text in the SQL (one of this module's own: no quote to escape)."""
+    assert "'" not in value
+    return literal_column(f"'{value}'", Text())
+
+
 def statuses_in(statuses: frozenset[TaskStatus]) -> ColumnElement[bool]:
     """``status IN (...)`` with the statuses written into the SQL (they are constants)."""
-    return C.status.in_([literal_column(f"'{status.value}'") for status in sorted(statuses)])
+    return C.status.in_([_sql_text(status.value) for status in sorted(statuses)])
 
 
 INSERTED: Sequence[ColumnElement[Any]] = [C.created_at, C.input, C["metadata"]]
@@ -246,12 +252,6 @@ _EMPTY_LIST: ColumnElement[Any] = literal_column("'[]'")
 parameter on every call, and a JSON one through the engine's serializer."""
 
 
-def _sql_text(value: str) -> ColumnElement[str]:
-    """A constant text in the SQL (one of this module's own: no quote to escape)."""
-    assert "'" not in value
-    return literal_column(f"'{value}'", Text())
-
-
 def insert_task(clock: Clock) -> ClauseElement:
     """Insert a task in ``submitted``; parameters are the new task's fields.
 
@@ -263,7 +263,7 @@ def insert_task(clock: Clock) -> ClauseElement:
         for name in ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job")
     }
     values |= {
-        "status": literal_column(f"'{TaskStatus.SUBMITTED.value}'"),
+        "status": _sql_text(TaskStatus.SUBMITTED.value),
         "artifacts": _EMPTY_LIST,
         "answers": _EMPTY_LIST,
         "created_at": now,
@@ -348,9 +348,9 @@ def _task_object(rows: Any) -> ColumnElement[Any]:
     pairs: list[Any] = []
     for column in COLUMNS:
         if column.key == "ttl_ms":
-            pairs += [literal_column("'ttl'"), rows.c.ttl_ms / 1000.0]
+            pairs += [_sql_text("ttl"), rows.c.ttl_ms / 1000.0]
         else:
-            pairs += [literal_column(f"'{column.key}'"), rows.c[column.key]]
+            pairs += [_sql_text(str(column.key)), rows.c[column.key]]
     return func.json_build_object(*pairs)
 
 
@@ -532,7 +532,7 @@ def _assignments(shape: WriteShape, clock: Clock) -> dict[str, Any]:
     }
     values |= {"updated_at": now, "version": C.version + _ONE}
     if shape.status is not None:
-        values["status"] = literal_column(f"'{shape.status.value}'")
+        values["status"] = _sql_text(shape.status.value)
     if shape.claim:
         values |= {
             "worker_id": bindparam("worker", type_=C.worker_id.type),
@@ -674,7 +674,7 @@ def extend_lease(clock: Clock, returning: Sequence[ColumnElement[Any]] = COLUMNS
         update(TABLE)
         .where(
             C.id == bindparam("task_id"),
-            C.status == literal_column(f"'{TaskStatus.WORKING.value}'"),
+            C.status == _sql_text(TaskStatus.WORKING.value),
             C.worker_id == bindparam("worker", type_=C.worker_id.type),
         )
         .values(lease_expires_at=clock.later("lease"))
