@@ -67,19 +67,19 @@ class Job:
             raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
 
 
-_JOBS: dict[tuple[int, str], Job] = {}
+_JOBS: weakref.WeakKeyDictionary[Celery, dict[str, Job]] = weakref.WeakKeyDictionary()
 _SETTINGS: weakref.WeakKeyDictionary[Celery, RunSettings] = weakref.WeakKeyDictionary()
 _SETTINGS_LOCK = threading.Lock()
 
 
 def register_job(app: Celery, registered: Job) -> None:
     """Make ``registered`` the job named ``registered.name`` on ``app`` in this process."""
-    _JOBS[(id(app), registered.name)] = registered
+    _JOBS.setdefault(app, {})[registered.name] = registered
 
 
 def registered_job(app: Celery, name: str) -> Job | None:
     """The job registered under ``name`` on ``app`` in this process, if any."""
-    return _JOBS.get((id(app), name))
+    return _JOBS.get(app, {}).get(name)
 
 
 def bind_settings(app: Celery, settings: RunSettings) -> bool:
