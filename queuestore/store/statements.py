@@ -148,7 +148,7 @@ class Prepared:
         return [
             {
                 key: value if process is None else process(value)
-                for (key, process), value in zip(self._result, row, strict=False)
+                for (key, process), value in zip(self._result, row, strict=True)
             }
             for row in rows
         ]
@@ -226,8 +226,13 @@ def scoped(kind: str) -> ColumnElement[bool]:
 
 
 def _sql_text(value: str) -> ColumnElement[str]:
-    """A constant text in the SQL (one of this module's own: no quote to escape)."""
-    assert "'" not in value
+    """A constant text in the SQL (one of this module's own: no quote to escape).
+
+    Raises:
+        ValueError: ``value`` holds a quote, which this helper does not escape.
+    """
+    if "'" in value:
+        raise ValueError(f"a constant text of the SQL holds a quote: {value!r}")
     return literal_column(f"'{value}'", Text())
 
 
