@@ -91,7 +91,11 @@ wakes for another's completions.
 
 
 class Prepared:
-    """One statement compiled for one dialect, run on the driver's own cursor."""
+    """One statement compiled for one dialect, run on the driver's own cursor.
+
+    A row holds ``columns``, then the NOTIFYs the statement sends in its
+    ``RETURNING`` (``pg_notify`` returns nothing worth decoding), which are dropped.
+    """
 
     def __init__(
         self,
@@ -111,6 +115,8 @@ class Prepared:
         }
         self._bind = {name: process for name, process in binds.items() if process is not None}
         self._result = [(str(column.key), _result_processor(column, dialect)) for column in columns]
+        returned = getattr(statement, "exported_columns", None)
+        self._width = len(columns) if returned is None else max(len(returned), len(columns))
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """Run with ``params`` and return the first row as ``{column: value}``, or None."""
@@ -144,11 +150,19 @@ class Prepared:
         return self.decoded(await cursor.fetchall())
 
     def decoded(self, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-        """The driver's rows as ``{column: value}``, JSON and timestamps converted."""
+        """The driver's rows as ``{column: value}``, JSON and timestamps converted.
+
+        Raises:
+            ValueError: a row is not as wide as the statement's ``RETURNING``.
+        """
+        width, decoded = self._width, len(self._result)
+        for row in rows:
+            if len(row) != width:
+                raise ValueError(f"a row of {len(row)} values for a statement returning {width}")
         return [
             {
                 key: value if process is None else process(value)
-                for (key, process), value in zip(self._result, row, strict=True)
+                for (key, process), value in zip(self._result, row[:decoded], strict=True)
             }
             for row in rows
         ]
