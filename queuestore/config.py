@@ -129,6 +129,11 @@ class Settings(BaseSettings):
         timedelta(seconds=10),
         description="How old an unpublished task must be before the sweep publishes it.",
     )
+    ack_after: Duration | None = Field(
+        None,
+        description="How long a job runs before its message is acknowledged (its task "
+        "claimed), so no broker timeout redelivers it; unset: half the lease.",
+    )
     redispatch_after: Duration | None = Field(
         timedelta(hours=1),
         description="Publish again a task published this long ago and never claimed; unset: never.",
@@ -256,6 +261,7 @@ class Settings(BaseSettings):
             terminate_on_cancel=self.terminate_on_cancel,
             dispatch_grace=self.dispatch_grace,
             redispatch_after=self.redispatch_after,
+            ack_after=self.ack_after,
         )
         if beat:
             queue.install_beat_schedule(

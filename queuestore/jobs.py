@@ -41,6 +41,7 @@ class RunSettings(Protocol):
     lease: timedelta
     heartbeat_interval: timedelta
     report_interval: timedelta
+    ack_after: timedelta
 
 
 @dataclass

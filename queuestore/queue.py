@@ -18,6 +18,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from queuestore.consumer import follow_lease
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, StoreUnavailable
 from queuestore.jobs import (
@@ -65,6 +66,11 @@ class TaskQueue:
             and only if no worker claimed the task by then.
         redispatch_after: publish again a task whose message went out this
             long ago and was never claimed (a broker that lost it); None never does.
+        ack_after: how long a run goes before its message is acknowledged
+            (once the store shows the task claimed), so that no broker timeout
+            redelivers a long job; half the lease by default. On Redis the
+            broker's visibility timeout is set to the lease unless the app sets
+            one (see :func:`queuestore.consumer.redis_transport_options`).
     """
 
     def __init__(
@@ -79,9 +85,13 @@ class TaskQueue:
         terminate_on_cancel: bool = True,
         dispatch_grace: timedelta = timedelta(seconds=10),
         redispatch_after: timedelta | None = timedelta(hours=1),
+        ack_after: timedelta | None = None,
     ) -> None:
         if heartbeat_interval >= lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
+        ack_after = lease / 2 if ack_after is None else ack_after
+        if not timedelta(0) < ack_after < lease:
+            raise ValueError("ack_after must be more than zero, and shorter than the lease")
         if not timedelta(0) <= report_interval < lease:
             raise ValueError("report_interval must be zero or more, and shorter than the lease")
         self.store = store
@@ -93,8 +103,10 @@ class TaskQueue:
         self.terminate_on_cancel = terminate_on_cancel
         self.dispatch_grace = dispatch_grace
         self.redispatch_after = redispatch_after
+        self.ack_after = ack_after
         self.dispatch_marks = DispatchMarks(store, delay=dispatch_grace.total_seconds() / 2)
         _QUEUES[app] = self
+        follow_lease(app, lease)
         if bind_settings(app, self):  # the app's jobs run with this queue's store and intervals
             _register_maintenance(app)
 

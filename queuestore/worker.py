@@ -24,6 +24,7 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
+from queuestore.consumer import install as install_message_hold
 from queuestore.context import InputRequested, TaskContext
 from queuestore.errors import (
     InvalidTaskData,
@@ -58,8 +59,10 @@ def job(
     """Register ``function(ctx, **input)`` as a job named ``name`` on ``app``.
 
     The Celery task it creates takes only the task id; the input is read from
-    the store. Late acknowledgement is on, so a message is acknowledged only
-    after the run wrote its outcome (or found the task was not its to run).
+    the store. Late acknowledgement is on, so a message is not acknowledged
+    before its run claimed the task: a run that ends sooner than ``ack_after``
+    acknowledges with its outcome, a longer one once the store shows the task
+    claimed (:mod:`queuestore.consumer`), so no broker timeout redelivers it.
     If the store cannot be reached to claim the task, the message is retried
     later rather than acknowledged and lost.
 
@@ -79,7 +82,10 @@ def job(
                 with task_context(task_id, job_name):
                     execute(settings_of(app), registered, task_id)
             except StoreUnavailable as exc:
-                countdown = min(2.0**celery_task.request.retries, 60.0)
+                # Below ack_after: a message held for its countdown (unacknowledged)
+                # must not outlive the broker's visibility timeout, set from the lease.
+                cap = max(settings_of(app).ack_after.total_seconds(), 1.0)
+                countdown = min(2.0**celery_task.request.retries, cap)
                 log.warning(
                     "task %s: store unavailable (%s); retry in %.0fs",
                     task_id,
@@ -94,6 +100,7 @@ def job(
         celery_task = app.task(name=job_name, bind=True, **options)(run)
         registered = Job(job_name, function, celery_task)
         register_job(app, registered)
+        install_message_hold(app)
         return registered
 
     return register

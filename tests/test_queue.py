@@ -60,10 +60,12 @@ def test_the_defaults_are_the_documented_ones(app: Celery) -> None:
         timedelta(seconds=10),
         timedelta(hours=1),
     )
+    assert queue.ack_after == timedelta(seconds=15)
 
 
 HEARTBEAT_TOO_LONG = "heartbeat_interval must be shorter than the lease"
 REPORT_OUT_OF_RANGE = "report_interval must be zero or more, and shorter than the lease"
+ACK_OUT_OF_RANGE = "ack_after must be more than zero, and shorter than the lease"
 
 
 @pytest.mark.parametrize(
@@ -72,6 +74,8 @@ REPORT_OUT_OF_RANGE = "report_interval must be zero or more, and shorter than th
         ({"heartbeat_interval": timedelta(seconds=5)}, HEARTBEAT_TOO_LONG),
         ({"report_interval": timedelta(seconds=5)}, REPORT_OUT_OF_RANGE),
         ({"report_interval": -timedelta(seconds=1)}, REPORT_OUT_OF_RANGE),
+        ({"ack_after": timedelta(seconds=5)}, ACK_OUT_OF_RANGE),
+        ({"ack_after": timedelta(0)}, ACK_OUT_OF_RANGE),
     ],
 )
 def test_intervals_must_fit_in_the_lease(
@@ -79,6 +83,26 @@ def test_intervals_must_fit_in_the_lease(
 ) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         TaskQueue(InMemoryTaskStore(), app, lease=timedelta(seconds=5), **options)
+
+
+def test_on_redis_the_visibility_timeout_follows_the_lease_unless_the_app_set_one() -> None:
+    plain = Celery("plain", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    TaskQueue(InMemoryTaskStore(), plain, lease=timedelta(seconds=12))
+    assert plain.conf.broker_transport_options == {
+        "visibility_timeout": 12.0,
+        "unacked_restore_interval": 4.0,
+        "unacked_restore_throttle": 1,
+    }
+
+    own = Celery("own", broker="rediss://127.0.0.1:1/0", set_as_current=False)
+    own.conf.broker_transport_options = {"visibility_timeout": 7200, "max_connections": 5}
+    TaskQueue(InMemoryTaskStore(), own, lease=timedelta(seconds=12))
+    assert own.conf.broker_transport_options["visibility_timeout"] == 7200
+    assert own.conf.broker_transport_options["max_connections"] == 5
+
+    amqp = Celery("amqp", broker="amqp://127.0.0.1:1//", set_as_current=False)
+    TaskQueue(InMemoryTaskStore(), amqp)
+    assert not amqp.conf.broker_transport_options
 
 
 def test_a_zero_report_interval_is_allowed(app: Celery) -> None:

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +23,7 @@ from harness import (
     Deployment,
     DeploymentFactory,
     PostgresCluster,
+    RabbitMQNode,
     RedisServer,
     build_deployment,
 )
@@ -82,3 +84,15 @@ def own_postgres() -> Iterator[PostgresCluster]:
     finally:
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_rabbitmq(tmp_path: Path) -> Iterator[RabbitMQNode]:
+    """A RabbitMQ node of this test's own whose ``consumer_timeout`` is 10 seconds."""
+    node = RabbitMQNode(tmp_path / "rabbitmq", consumer_timeout=timedelta(seconds=10))
+    node.workdir.mkdir()
+    try:
+        node.start()
+        yield node
+    finally:
+        node.stop()

@@ -263,12 +263,14 @@ class Deployment:
         app: str = APP_MODULE,
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
+        options: Iterable[str] = (),
         **extra_env: str,
     ) -> LoggedProcess:
         """A ``celery worker`` on this deployment's queue (``-B`` for embedded beat).
 
         ``app`` is the Celery app's module, imported from ``cwd`` (the deployment's
-        root by default); ``env`` replaces :meth:`env`'s for a deployment of its own.
+        root by default); ``env`` replaces :meth:`env`'s for a deployment of its own;
+        ``options`` are more ``celery worker`` options.
         """
         node = f"it-{uuid.uuid4().hex[:8]}"
         command = [
@@ -285,6 +287,7 @@ class Deployment:
             "--without-mingle",
             f"--hostname={node}@%h",
             "--loglevel=INFO",
+            *options,
         ]
         if beat:
             command += ["--beat", f"--schedule={self.home / f'beat-{node}'}"]
@@ -353,6 +356,11 @@ class Deployment:
         """The events the test jobs recorded for a task: ``<attempt> <event> <pid>`` lines."""
         path = self.records / task_id
         return path.read_text().splitlines() if path.exists() else []
+
+    def messages_of(self, task_id: str) -> list[str]:
+        """``published`` and ``received`` lines: each publish and each delivery of its message."""
+        path = self.records / f"{task_id}.messages"
+        return path.read_text().split() if path.exists() else []
 
     def events_of(self, task_id: str) -> list[str]:
         """The records without pids: ``<attempt> <event>``."""
@@ -560,3 +568,72 @@ def _postgres_bindir() -> Path:
 
 def seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
+
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+"""Debian's server script itself (``/usr/sbin``'s wrapper would switch to the rabbitmq user)."""
+
+
+class RabbitMQNode:
+    """A RabbitMQ node of our own, on ports of its own, with a short ``consumer_timeout``.
+
+    Its configuration, database, logs and Erlang cookie live in ``workdir``; it
+    shares only the machine's epmd, under a node name of its own.
+    """
+
+    def __init__(self, workdir: Path, *, consumer_timeout: timedelta) -> None:
+        if not RABBITMQ_SERVER.exists():
+            unavailable(f"{RABBITMQ_SERVER} is not installed")
+        self.workdir = workdir
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.name = f"qs-it-{uuid.uuid4().hex[:8]}@localhost"
+        self.consumer_timeout = consumer_timeout
+        self.process: LoggedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def start(self) -> None:
+        config = self.workdir / "rabbitmq.conf"
+        config.write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            f"consumer_timeout = {int(self.consumer_timeout.total_seconds() * 1000)}\n"
+            "loopback_users = none\n"
+        )
+        # The broker checks consumer timeouts on each channel tick (60 s by default).
+        advanced = self.workdir / "advanced.config"
+        advanced.write_text("[{rabbit, [{channel_tick_interval, 1000}]}].\n")
+        (self.workdir / "enabled_plugins").write_text("[].\n")
+        (self.workdir / "rabbitmq-env.conf").write_text("")
+        env = dict(os.environ) | {
+            "HOME": str(self.workdir),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_CONFIG_FILE": str(config),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(advanced),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.workdir / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.workdir / "rabbitmq-env.conf"),
+            "RABBITMQ_MNESIA_BASE": str(self.workdir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.workdir / "log"),
+        }
+        self.process = LoggedProcess.start(
+            f"rabbitmq {self.name}",
+            [str(RABBITMQ_SERVER)],
+            env=env,
+            cwd=self.workdir,
+            log=self.workdir / "rabbitmq.out",
+        )
+        wait_for(
+            lambda: port_open(self.port),
+            timeout=STARTUP_TIMEOUT,
+            what="the private RabbitMQ node to listen",
+            logs=[self.process],
+        )
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(timeout=30.0)
+            self.process = None

@@ -14,11 +14,36 @@ import os
 import time
 from pathlib import Path
 
+from celery.signals import before_task_publish, task_received
+
 from queuestore import TaskContext, job
 from workers import app, queue
 
 app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
 RECORDS = Path(os.environ["QUEUESTORE_TEST_RECORDS"])
+
+
+def record_message(task_id: str | None, event: str) -> None:
+    """Append ``event`` to ``<task id>.messages``: every publish and delivery of its message."""
+    if task_id is None:
+        return
+    descriptor = os.open(
+        RECORDS / f"{task_id}.messages", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+    )
+    try:
+        os.write(descriptor, f"{event}\n".encode())
+    finally:
+        os.close(descriptor)
+
+
+@before_task_publish.connect
+def _published(headers: dict | None = None, **_: object) -> None:
+    record_message((headers or {}).get("id"), "published")
+
+
+@task_received.connect
+def _received(request: object = None, **_: object) -> None:
+    record_message(getattr(request, "id", None), "received")
 
 
 def record(ctx: TaskContext, event: str) -> None:

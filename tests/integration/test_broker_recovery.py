@@ -1,0 +1,160 @@
+"""The store owns a claimed task, whatever the broker's timeouts: recovery and long jobs.
+
+- A worker SIGKILLed holding running and prefetched messages: every task runs
+  elsewhere within a few seconds of the lease, on Redis (whose visibility
+  timeout follows the lease) and on RabbitMQ, and completes once.
+- A job longer than a private RabbitMQ node's ``consumer_timeout`` completes
+  once: its message is acknowledged once the store shows it claimed.
+- A deep queue behind slow jobs is not redelivered: nothing that only waits
+  its turn is published or delivered twice.
+
+Only processes and servers the tests started are stopped or killed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from celery.signals import before_task_publish
+from harness import Deployment, DeploymentFactory, RabbitMQNode, wait_for
+
+from queuestore import TERMINAL, TaskStatus
+
+pytestmark = pytest.mark.integration
+
+LEASE_SECONDS = 3.0
+"""The harness's lease (``FAST``): ack_after is half of it, Redis's visibility timeout all."""
+
+
+@contextmanager
+def publishes_recorded(deployment: Deployment) -> Iterator[None]:
+    """Record this process's publishes as the test app's workers record theirs."""
+
+    def published(headers: dict[str, Any] | None = None, **_: Any) -> None:
+        task_id = (headers or {}).get("id")
+        if task_id is not None:
+            with open(deployment.records / f"{task_id}.messages", "a") as file:
+                file.write("published\n")
+
+    before_task_publish.connect(published, weak=False)
+    try:
+        yield
+    finally:
+        before_task_publish.disconnect(published)
+
+
+def started_attempts(deployment: Deployment, task_id: str) -> list[str]:
+    return [event for event in deployment.events_of(task_id) if event.endswith(" start")]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "broker",
+    [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+    ],
+)
+def test_every_task_of_a_killed_worker_runs_elsewhere_soon_and_completes_once(
+    deployment: DeploymentFactory, broker: str
+) -> None:
+    stack = deployment(broker, "postgres")
+    # Two running and six prefetched, waiting their turn in the worker's memory.
+    first = stack.start_worker(concurrency=2, options=["--prefetch-multiplier=4"])
+    with publishes_recorded(stack):
+        tasks = [stack.queue.submit("tests.sleep", {"seconds": 2.0}) for _ in range(8)]
+    wait_for(
+        lambda: (
+            all("received" in stack.messages_of(task.id) for task in tasks)
+            and sum(bool(started_attempts(stack, task.id)) for task in tasks) == 2
+        ),
+        timeout=30,
+        what="the first worker to run two tasks and hold the other six",
+        logs=stack.processes,
+    )
+    first.kill()
+    killed_at = time.monotonic()
+
+    stack.start_worker(concurrency=2, beat=True)
+    ready_at = time.monotonic()
+    done = [stack.wait_status(task.id, *TERMINAL, timeout=60) for task in tasks]
+    recovered_in = time.monotonic() - ready_at
+
+    assert {task.status for task in done} == {TaskStatus.COMPLETED}, stack.logs()
+    for task in tasks:
+        ends = [event for event in stack.events_of(task.id) if event.endswith(" end")]
+        assert len(ends) == 1, (task.id, stack.events_of(task.id))
+    # Lease (claimed runs, then the reaper) or visibility timeout (prefetched
+    # messages) plus one sweep, plus eight two-second runs on two slots.
+    assert recovered_in < 20 + 4 * 2.0, (recovered_in, time.monotonic() - killed_at)
+
+
+@pytest.mark.postgres
+def test_a_job_longer_than_rabbitmqs_consumer_timeout_completes_once(
+    deployment: DeploymentFactory, own_rabbitmq: RabbitMQNode
+) -> None:
+    stack = deployment(own_rabbitmq.url, "postgres")
+    worker = stack.start_worker(concurrency=1)
+    with publishes_recorded(stack):
+        long = stack.queue.submit("tests.sleep", {"seconds": 25.0})
+        wait_for(
+            lambda: started_attempts(stack, long.id),
+            timeout=30,
+            what="the long job to start",
+            logs=stack.processes,
+        )
+        behind = stack.queue.submit("tests.count_runs")
+
+    done = stack.wait_status(long.id, *TERMINAL, timeout=90)
+    after = stack.wait_status(behind.id, *TERMINAL, timeout=60)
+
+    assert done.status is TaskStatus.COMPLETED, stack.logs()
+    assert after.status is TaskStatus.COMPLETED, stack.logs()
+    assert stack.events_of(long.id) == ["1 start", "1 end"], stack.logs()
+    assert stack.messages_of(long.id) == ["published", "received"], stack.logs()
+    assert stack.messages_of(behind.id) == ["published", "received"], stack.logs()
+    assert worker.alive(), stack.logs()
+    log = worker.text()
+    assert "PRECONDITION_FAILED" not in log, log[-4000:]
+    assert "PreconditionFailed" not in log, log[-4000:]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_deep_queue_behind_slow_jobs_is_published_and_delivered_once(
+    deployment: DeploymentFactory,
+) -> None:
+    stack = deployment("redis", "postgres")
+    waiting_count = int(os.environ.get("QUEUESTORE_TEST_DEEP_QUEUE", "2000"))
+    with publishes_recorded(stack):
+        # Slow jobs run past Redis's visibility timeout (the lease) on both slots.
+        slow = [stack.queue.submit("tests.sleep", {"seconds": 4 * LEASE_SECONDS}) for _ in range(2)]
+        stack.start_worker(concurrency=2)
+        wait_for(
+            lambda: all(started_attempts(stack, task.id) for task in slow),
+            timeout=30,
+            what="the slow jobs to start",
+            logs=stack.processes,
+        )
+        waiting = [stack.queue.submit("tests.count_runs") for _ in range(waiting_count)]
+        stack.start_beat()  # the reaper and the dispatcher sweep run throughout
+        for task in [*slow, *waiting]:
+            assert stack.wait_status(task.id, *TERMINAL, timeout=180).status is (
+                TaskStatus.COMPLETED
+            ), stack.logs()
+
+    for task in slow:
+        assert stack.messages_of(task.id) == ["published", "received"], stack.logs()
+        assert stack.events_of(task.id) == ["1 start", "1 end"]
+    tasks = [*slow, *waiting]
+    messages = [stack.messages_of(task.id) for task in tasks]
+    publishes = sum(lines.count("published") for lines in messages) / len(tasks)
+    deliveries = sum(lines.count("received") for lines in messages) / len(tasks)
+    assert publishes <= 1.05, publishes
+    assert deliveries <= 1.05, deliveries
+    assert all(len(stack.records_of(task.id)) == 1 for task in waiting)
