@@ -158,6 +158,12 @@ class Settings(BaseSettings):
             "Used instead of http_tokens."
         ),
     )
+    http_idempotency_secret: SecretStr | None = Field(
+        None,
+        description="Key that derives an anonymous caller's task id from its Idempotency-Key; "
+        "share it between API processes. Unset: the cursor secret, else a random key per "
+        "process.",
+    )
     http_trusted_header: str | None = Field(
         None,
         description=(

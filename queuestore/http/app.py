@@ -73,6 +73,11 @@ def create_app(
             require_principal=served.store.require_owner,
         )
         service = Service(AsyncTaskQueue(served), auth, settings)
+        if settings.http_idempotency_secret is None and settings.cursor_secret is None:
+            log.warning(
+                "neither QUEUESTORE_HTTP_IDEMPOTENCY_SECRET nor QUEUESTORE_CURSOR_SECRET is set: "
+                "an anonymous caller's Idempotency-Key holds within this process only"
+            )
         service.loop = asyncio.get_running_loop()
         app.state.queuestore = service
         app.state.metrics = _metrics_of(served)

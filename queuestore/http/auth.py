@@ -3,8 +3,9 @@
 A request names its principal with ``Authorization: Bearer <token>``, checked
 by a token verifier (a static token map by default), or through a header set
 by an authenticating proxy in front of the API. A request with neither is
-anonymous (owner None): it sees only tasks created without an owner, and
-nothing at all when the store requires owners. A bearer token that is not
+anonymous (owner None): it reads a task created without an owner by its id
+alone, never lists or streams them, and sees nothing at all when the store
+requires owners. A bearer token that is not
 valid is refused (401), never downgraded to anonymous.
 """
 
@@ -115,6 +116,23 @@ class Authenticator:
         if not isinstance(principal, str) or not principal:
             raise _unauthorized("the bearer token is not valid", error="invalid_token")
         return principal
+
+
+def named(principal: str | None, action: str) -> str:
+    """``principal``, for an action no anonymous caller may take (listing, watching all).
+
+    Anonymous tasks are protected by their unguessable ids: a caller who did not
+    create one must not learn its id from a list.
+
+    Raises:
+        ProblemError: 401 for an anonymous caller.
+    """
+    if principal is None:
+        raise _unauthorized(
+            f"{action} needs a principal: send a bearer token "
+            "(an anonymous caller reads a task by its id)"
+        )
+    return principal
 
 
 def _unauthorized(detail: str, *, error: str | None = None) -> ProblemError:

@@ -28,6 +28,7 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from queuestore.errors import StoreUnavailable, TaskNotFound
+from queuestore.http.auth import named
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import TaskView
 from queuestore.http.service import Principal, Service, ServiceDep
@@ -116,7 +117,8 @@ async def all_events(
         Header(description="The last event received: first replay what was missed since."),
     ] = None,
 ) -> StreamingResponse:
-    """The changes of every task the caller may see, until the client leaves."""
+    """The changes of every task the caller may see, until the client leaves; 401 anonymous."""
+    named(principal, "watching every task")
     since = _since(last_event_id)
     changes = service.store.watch(owner=principal)
     # Opened before the replay's read, so no change between the two is missed.

@@ -1,7 +1,9 @@
 """``Idempotency-Key``: a retried create returns the task the first attempt created.
 
 The key does not need a table of its own: the task's id is derived from the
-caller's principal and the key, so the store's unique id does the rest. Of
+caller's principal and the key, so the store's unique id does the rest. An
+anonymous caller's task is readable by its id alone, so its id is an HMAC of
+the key under the server's secret: knowing the key does not give the id. Of
 several concurrent attempts exactly one inserts; the others find its task and
 return it. A key reused with a different request is refused, as the IETF
 draft (draft-ietf-httpapi-idempotency-key-header) asks. A key is remembered
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 from datetime import timedelta
 from typing import Final
 
@@ -23,11 +26,13 @@ HEADER: Final = "Idempotency-Key"
 MAX_KEY_LENGTH: Final = 255
 
 
-def task_id_for(owner: str | None, key: str) -> str:
+def task_id_for(owner: str | None, key: str, *, secret: bytes) -> str:
     """The id of the task created by ``owner`` with ``key``: 16 bytes of a SHA-256.
 
     The principal is part of the digest, so two callers using the same key
-    get two tasks, and neither can learn anything about the other's.
+    get two tasks, and neither can learn anything about the other's (another
+    owner's task is not found). An anonymous caller's id is an HMAC-SHA256
+    under ``secret``, since anyone may read an anonymous task by its id.
 
     Raises:
         ProblemError: 400 for an empty, too long or non-printable key.
@@ -38,9 +43,12 @@ def task_id_for(owner: str | None, key: str) -> str:
             "invalid-idempotency-key",
             f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable characters",
         )
-    scope = "-" if owner is None else "=" + owner
-    material = "\0".join(("queuestore.http idempotency v1", scope, key)).encode()
-    digest = hashlib.sha256(material).digest()[:16]
+    if owner is None:
+        material = "\0".join(("queuestore.http idempotency v2", "-", key)).encode()
+        digest = hmac.new(secret, material, hashlib.sha256).digest()[:16]
+    else:
+        material = "\0".join(("queuestore.http idempotency v1", "=" + owner, key)).encode()
+        digest = hashlib.sha256(material).digest()[:16]
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 

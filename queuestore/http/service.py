@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -37,6 +39,14 @@ class Service:
         """End every event stream; callable from any thread (e.g. a signal handler)."""
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.closing.set)
+
+    @cached_property
+    def idempotency_secret(self) -> bytes:
+        """The key of anonymous callers' idempotent ids (see :mod:`queuestore.http.idempotency`)."""
+        configured = self.settings.http_idempotency_secret or self.settings.cursor_secret
+        if configured is None:
+            return secrets.token_bytes(32)
+        return configured.get_secret_value().encode()
 
     @property
     def store(self) -> AsyncTaskStore:

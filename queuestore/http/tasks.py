@@ -16,6 +16,7 @@ from pydantic import AwareDatetime
 
 from queuestore.errors import TaskConflict
 from queuestore.http import idempotency
+from queuestore.http.auth import named
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import CancelTask, CreateTask, ResumeTask, TaskList, TaskView
 from queuestore.http.service import Principal, ServiceDep
@@ -50,7 +51,11 @@ async def create_task(
 ) -> TaskView:
     """Create a task and enqueue its job (201); a retried key returns the first task (200)."""
     key = idempotency_key
-    task_id = None if key is None else idempotency.task_id_for(principal, key)
+    task_id = (
+        None
+        if key is None
+        else idempotency.task_id_for(principal, key, secret=service.idempotency_secret)
+    )
     try:
         task = await service.queue.submit(
             body.name,
@@ -92,9 +97,9 @@ async def list_tasks(
         str | None, Query(description="``next_cursor`` of the previous page, same filters.")
     ] = None,
 ) -> TaskList:
-    """The caller's tasks, newest first, one page at a time (keyset cursors)."""
+    """The caller's tasks, newest first, one page at a time (keyset cursors); 401 anonymous."""
     page = await service.store.list(
-        owner=principal,
+        owner=named(principal, "listing tasks"),
         status=None if status is None else list[TaskStatus | str](status),
         context_id=context_id,
         name=name,

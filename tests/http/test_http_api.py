@@ -266,8 +266,8 @@ def test_owners_never_see_each_other(api: Api, alice: httpx.Client, bob: httpx.C
             assert_problem(client.post(f"{url}/resume", json={"answer": 1}), 404)
             assert_problem(client.delete(url), 404, "task-not-found")
             assert_problem(client.get(f"{url}/events"), 404, "task-not-found")
-            listed = client.get("/tasks", params={"limit": 1000}).json()["tasks"]
-            assert task["id"] not in [shown["id"] for shown in listed]
+        listed = bob.get("/tasks", params={"limit": 1000}).json()["tasks"]
+        assert task["id"] not in [shown["id"] for shown in listed]
         assert alice.get(url).json()["version"] == waiting["version"]
 
         # Anonymous tasks belong to anonymous callers only.
@@ -275,6 +275,9 @@ def test_owners_never_see_each_other(api: Api, alice: httpx.Client, bob: httpx.C
         assert unowned["owner"] is None
         assert anonymous.get(f"/tasks/{unowned['id']}").status_code == 200
         assert_problem(alice.get(f"/tasks/{unowned['id']}"), 404)
+        # ... and are protected by their ids: no anonymous caller lists or watches them.
+        assert_problem(anonymous.get("/tasks"), 401, "unauthorized")
+        assert_problem(anonymous.get("/events"), 401, "unauthorized")
     alice.post(f"{url}/cancel")
 
 

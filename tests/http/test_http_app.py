@@ -6,6 +6,8 @@ The real-process tests are in test_api.py; these cover configuration quickly.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -91,10 +93,47 @@ def test_trusted_header_only_when_configured(queue: TaskQueue) -> None:
 
 
 def test_idempotency_keys_are_per_principal() -> None:
-    assert task_id_for("alice", "k") == task_id_for("alice", "k")
-    assert task_id_for("alice", "k") != task_id_for("bob", "k")
-    assert task_id_for(None, "k") != task_id_for("", "k")
-    assert len(task_id_for("alice", "k")) == 22
+    secret = b"s" * 32
+    assert task_id_for("alice", "k", secret=secret) == task_id_for("alice", "k", secret=secret)
+    assert task_id_for("alice", "k", secret=secret) != task_id_for("bob", "k", secret=secret)
+    assert task_id_for(None, "k", secret=secret) != task_id_for("", "k", secret=secret)
+    assert len(task_id_for("alice", "k", secret=secret)) == 22
+
+
+def test_an_anonymous_idempotent_id_needs_the_servers_secret() -> None:
+    secret, other = b"s" * 32, b"t" * 32
+    anonymous = task_id_for(None, "k", secret=secret)
+    assert anonymous == task_id_for(None, "k", secret=secret)
+    assert anonymous != task_id_for(None, "k", secret=other)
+    # Not the key-only digest an outsider could compute.
+    material = "\0".join(("queuestore.http idempotency v1", "-", "k")).encode()
+    guessable = base64.urlsafe_b64encode(hashlib.sha256(material).digest()[:16])
+    assert anonymous != guessable.rstrip(b"=").decode()
+
+
+def test_an_anonymous_caller_cannot_list_or_watch_but_reads_by_id(queue: TaskQueue) -> None:
+    with client(queue, http_tokens={"t1": "alice"}) as http:
+        created = http.post("/tasks", json={"name": "job"})
+        assert created.status_code == 201
+        assert http.get(f"/tasks/{created.json()['id']}").status_code == 200
+        for path in ("/tasks", "/events"):
+            refused = http.get(path)
+            assert refused.status_code == 401
+            assert refused.json()["type"].endswith("unauthorized")
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+        listed = http.get("/tasks", headers={"Authorization": "Bearer t1"})
+        assert listed.status_code == 200
+
+
+def test_an_anonymous_idempotency_key_keeps_its_task_across_processes(queue: TaskQueue) -> None:
+    headers = {"Idempotency-Key": "order-42"}
+    ids = []
+    for _ in range(2):  # two API processes sharing the secret
+        with client(queue, http_idempotency_secret="shared") as http:
+            ids.append(http.post("/tasks", json={"name": "job"}, headers=headers).json()["id"])
+    assert ids[0] == ids[1]
+    with client(queue, http_idempotency_secret="another") as http:
+        assert http.post("/tasks", json={"name": "job"}, headers=headers).json()["id"] != ids[0]
 
 
 def test_settings_alone_build_a_working_app(tmp_path: Path) -> None:
@@ -137,7 +176,8 @@ def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
             )
             assert refused.status_code == 403
             assert refused.json()["type"] == "urn:queuestore:problem:cross-site-request"
-        assert http.get("/tasks", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
+        reads = {"Sec-Fetch-Site": "cross-site", "X-User": "erin"}
+        assert http.get("/tasks", headers=reads).status_code == 200
         same = http.post("/tasks", json={"name": "job"}, headers={"Sec-Fetch-Site": "same-origin"})
         assert same.status_code == 201
     assert not list(queue.store.iterate(owner="erin"))
@@ -180,7 +220,8 @@ def test_get_answers_304_for_the_version_the_client_has(queue: TaskQueue) -> Non
 
 
 def test_pages_link_to_the_next_one(queue: TaskQueue) -> None:
-    with client(queue) as http:
+    with client(queue, http_tokens={"t1": "alice"}) as http:
+        http.headers["Authorization"] = "Bearer t1"
         for _ in range(3):
             http.post("/tasks", json={"name": "job", "context_id": "c"})
         page = http.get("/tasks", params={"context_id": "c", "limit": 2})
