@@ -12,8 +12,7 @@ from the kill to its first start on the second worker. The figures are printed
 beside their bound: on Redis a prefetched message comes back after the
 visibility timeout (the lease) plus kombu's restore interval, a claimed run
 after the lease plus the reaper interval; on RabbitMQ a prefetched message
-comes back when the killed connection closes. A reaped run is republished
-with the reaper's first retry backoff (2 s). Without queuestore's settings
+comes back when the killed connection closes. Without queuestore's settings
 Redis's bound is its default visibility timeout, one hour.
 
 Then ``--deep`` tasks wait on Redis behind two jobs that run for four leases
@@ -225,8 +224,8 @@ def main() -> int:
                 ).items():
                     found[kind] += seconds
             bounds = {
-                # The reaper runs every second and republishes with a 2 s first backoff.
-                "claimed": args.lease + 1 + 2,
+                # The reaper runs every second and republishes a first lost run at once.
+                "claimed": args.lease + 1,
                 "prefetched": args.lease + restore if broker == "redis" else 0.0,
             }
             for kind, values in found.items():

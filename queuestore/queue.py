@@ -265,7 +265,7 @@ class TaskQueue:
                 log.warning("task %s failed: %s", task.id, task.error, extra=about(task))
             else:
                 log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
-                self.dispatch(task, countdown=min(2.0 ** lost_runs(task), 60.0))
+                self.dispatch(task, countdown=_reaper_backoff(lost_runs(task)))
         return reaped
 
     def install_beat_schedule(
@@ -364,3 +364,14 @@ def _register_maintenance(app: Celery) -> None:
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
     app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)
     worker_process_init.connect(forget_parent_connections, weak=False)
+
+
+def _reaper_backoff(lost: int) -> float | None:
+    """The countdown of a retry after ``lost`` lost runs: none after the first.
+
+    A run lost once is most likely its node's death: run it again at once, so a
+    dead worker's tasks run elsewhere within the lease and one reaper interval.
+    Runs that keep dying (a job that kills its worker) back off 2 s, doubling,
+    up to a minute.
+    """
+    return None if lost <= 1 else min(2.0 ** (lost - 1), 60.0)

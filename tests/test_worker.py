@@ -397,7 +397,7 @@ def test_a_run_whose_task_was_reaped_and_reclaimed_cannot_write_its_outcome(
     assert [(a.artifact_id, a.parts) for a in done.artifacts] == [("log", ["second"])]
 
 
-def test_the_reaper_republishes_retries_with_a_backoff(
+def test_the_reaper_republishes_a_first_lost_run_at_once(
     app: Celery, queue: TaskQueue, published: Published
 ) -> None:
     task = queue.submit("test.job")
@@ -405,7 +405,7 @@ def test_the_reaper_republishes_retries_with_a_backoff(
     reaped = eventually(queue.reap)  # the store's clock passes the lease within moments
     assert [t.id for t in reaped] == [task.id]
     assert published.messages[-1]["task_id"] == task.id
-    assert published.messages[-1]["countdown"] == 2.0
+    assert published.messages[-1]["countdown"] is None
 
 
 def test_submit_refuses_input_the_job_cannot_take_and_writes_nothing(
