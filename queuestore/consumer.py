@@ -29,9 +29,10 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Celery, bootsteps
+from celery.signals import task_unknown
 from celery.worker import state
 
-from queuestore.errors import StoreUnavailable, TaskNotFound
+from queuestore.errors import InvalidTransition, StoreUnavailable, TaskConflict, TaskNotFound
 from queuestore.jobs import registered_job, settings_of
 from queuestore.models import TaskStatus
 
@@ -49,6 +50,38 @@ def install(app: Celery) -> None:
     steps = app.steps["consumer"]
     if MessageHold not in steps:
         steps.add(MessageHold)
+    task_unknown.connect(fail_unknown_job, weak=False, dispatch_uid="queuestore.unknown_job")
+
+
+def fail_unknown_job(sender: Any = None, name: str = "", id: str = "", **_: Any) -> None:
+    """Fail the task of a message for a job this worker does not know.
+
+    Celery discards such a message ("unregistered task"), so the task would
+    wait, ``submitted``, until the sweep's ``redispatch_after``: it fails now,
+    with an ``UnknownJob`` error that names the job and the worker.
+    """
+    app = getattr(sender, "app", None)
+    if app is None or not id:
+        return
+    try:
+        store = settings_of(app).store
+        task = store.get(id)
+        if task.status is not TaskStatus.SUBMITTED or task.name != name:
+            return
+        store.update(
+            id,
+            status=TaskStatus.FAILED,
+            error={
+                "type": "UnknownJob",
+                "message": f"the worker {getattr(sender, 'hostname', '?')} that received it "
+                f"has no job named {name!r}: deploy a worker that registers it, then submit "
+                "the task again",
+            },
+            expected_version=task.version,
+        )
+        log.error("task %s: no job named %r on this worker; the task failed", id, name)
+    except (RuntimeError, TaskNotFound, InvalidTransition, TaskConflict, StoreUnavailable) as exc:
+        log.info("task %s: unknown job %r left as it is (%s)", id, name, exc)
 
 
 class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]

@@ -83,6 +83,11 @@ def registered_job(app: Celery, name: str) -> Job | None:
     return _JOBS.get(app, {}).get(name)
 
 
+def registered_names(app: Celery) -> frozenset[str]:
+    """The names of the jobs registered on ``app`` in this process."""
+    return frozenset(_JOBS.get(app, {}))
+
+
 def bind_settings(app: Celery, settings: RunSettings) -> bool:
     """Let ``app``'s runs use ``settings``; True the first time ``app`` is bound."""
     with _SETTINGS_LOCK:

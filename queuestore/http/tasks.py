@@ -19,7 +19,8 @@ from queuestore.http import idempotency
 from queuestore.http.auth import named
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import CancelTask, CreateTask, ResumeTask, TaskList, TaskView
-from queuestore.http.service import Principal, ServiceDep
+from queuestore.http.service import Principal, Service, ServiceDep
+from queuestore.jobs import registered_names
 from queuestore.models import TaskStatus
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
@@ -50,6 +51,7 @@ async def create_task(
     ] = None,
 ) -> TaskView:
     """Create a task and enqueue its job (201); a retried key returns the first task (200)."""
+    _check_job_name(service, body.name)
     key = idempotency_key
     task_id = (
         None
@@ -75,6 +77,23 @@ async def create_task(
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = str(request.url_for("get_task", task_id=task.id))
     return TaskView.of(task)
+
+
+def _check_job_name(service: Service, name: str) -> None:
+    """Refuse a job no worker can run, when this process knows the app's jobs (``--app``).
+
+    Raises:
+        ProblemError: 422 ``unknown-job`` with the known names.
+    """
+    known = registered_names(service.queue.sync.app)
+    if known and name not in known:
+        names = sorted(known)
+        raise ProblemError(
+            422,
+            "unknown-job",
+            f"no job named {name!r}; known: {', '.join(names[:50])}"
+            + (f" and {len(names) - 50} more" if len(names) > 50 else ""),
+        )
 
 
 @router.get("", responses=responses(400, 401, 422, 503))

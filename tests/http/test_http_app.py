@@ -20,7 +20,7 @@ import pytest
 from celery import Celery
 from fastapi.testclient import TestClient
 
-from queuestore import InMemoryTaskStore, Settings, TaskQueue
+from queuestore import InMemoryTaskStore, Settings, TaskContext, TaskQueue, job
 from queuestore.http import StaticTokens, create_app
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
@@ -230,3 +230,24 @@ def test_pages_link_to_the_next_one(queue: TaskQueue) -> None:
         following = http.get(page.links["next"]["url"])
         assert len(following.json()["tasks"]) == 1
         assert "link" not in following.headers
+
+
+def test_a_job_the_servers_app_does_not_know_is_refused_and_nothing_is_written(
+    queue: TaskQueue,
+) -> None:
+    @job(queue.app, name="reports.build")
+    def build(ctx: TaskContext) -> None:
+        return None
+
+    with client(queue) as http:
+        refused = http.post("/tasks", json={"name": "reports.biuld"})
+        assert refused.status_code == 422
+        assert refused.json()["type"].endswith("unknown-job")
+        assert "reports.build" in refused.json()["detail"]
+        assert queue.store.list().tasks == []
+        assert http.post("/tasks", json={"name": "reports.build"}).status_code == 201
+
+
+def test_any_job_name_is_accepted_where_the_server_knows_no_jobs(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        assert http.post("/tasks", json={"name": "defined.in.the.workers"}).status_code == 201

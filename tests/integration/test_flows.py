@@ -129,6 +129,17 @@ def test_an_exception_in_the_job_fails_the_task_with_its_error(stack: Stack) -> 
     assert done.result is None
 
 
+def test_a_task_whose_job_no_worker_knows_fails_with_unknown_job(stack: Stack) -> None:
+    task = stack.queue.submit("examples.no_such_job")
+
+    done = stack.deployment.wait_status(task.id, *TERMINAL)
+
+    assert done.status is TaskStatus.FAILED
+    assert done.error is not None
+    assert done.error.type == "UnknownJob"
+    assert "examples.no_such_job" in done.error.message
+
+
 def test_cancel_while_working_stops_the_job_and_the_task_stays_cancelled(stack: Stack) -> None:
     deployment = stack.deployment
     job_seconds = 4.0
