@@ -233,25 +233,8 @@ def status_of_task(task: Task) -> TaskStatus:
         message.parts.append(Part(text=text))
     if task.progress is not None:
         message.metadata.update({"progress": task.progress})
-    if task.status in PROGRESS_STATUSES:
-        message.metadata.update({PROGRESS_MARK: True})
     status.message.CopyFrom(message)
     return status
-
-
-PROGRESS_MARK: Final = "queuestore.progress"
-"""Metadata key of an agent message that reports a running job's progress.
-
-Such a message is the task's status while it runs; it never joins the
-task's history, which keeps the conversation (see :func:`is_progress_report`).
-"""
-
-PROGRESS_STATUSES: Final = frozenset({Status.SUBMITTED, Status.WORKING})
-
-
-def is_progress_report(message: Message) -> bool:
-    """Whether ``message`` is a running job's progress report (a status, not history)."""
-    return message.role == Role.ROLE_AGENT and PROGRESS_MARK in message.metadata
 
 
 # -- envelope and task --------------------------------------------------------

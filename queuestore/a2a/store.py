@@ -587,17 +587,12 @@ def _merged_history(stored: Any, copy: Any) -> list[str]:
     """The stored history, then the messages of the SDK's copy it does not have yet.
 
     A job's history is added to from two sides (the executor, the SDK's saves),
-    so an older copy must not drop what the other side added. The SDK moves
-    each status message into the history when the next status comes; a job's
-    progress reports are its status, not the conversation, and stay out.
+    so an older copy must not drop what the other side added.
     """
     kept = [item for item in stored if isinstance(item, str)] if isinstance(stored, list) else []
     known = {convert.message_from_stored(item).message_id for item in kept}
     for item in copy if isinstance(copy, list) else []:
-        if not isinstance(item, str):
-            continue
-        message = convert.message_from_stored(item)
-        if message.message_id not in known and not convert.is_progress_report(message):
+        if isinstance(item, str) and convert.message_from_stored(item).message_id not in known:
             kept.append(item)
     return kept
 

@@ -359,23 +359,3 @@ async def test_a_tenant_is_part_of_the_owner(server: Server) -> None:
     assert inside.status.state == COMPLETED
     assert [t.id for t in listed.tasks] == [task.id]
     assert outside.total_size == 0
-
-
-@pytest.mark.parametrize("binding", BINDINGS)
-async def test_progress_goes_in_the_status_never_in_the_history(
-    server: Server, binding: str
-) -> None:
-    async with a2a_client(server.url, binding=binding, streaming=True) as client:
-        events = await collect(client.send_message(message("slow 4")), timeout=60)
-        listed = await client.list_tasks(ListTasksRequest(include_artifacts=False))
-        newest = max(listed.tasks, key=lambda task: task.status.timestamp.ToDatetime())
-        got = await client.get_task(GetTaskRequest(id=newest.id, history_length=50))
-
-    working = [event for event in events if event == "status:TASK_STATE_WORKING"]
-    assert len(working) >= 10, events  # the job reported progress many times
-    assert events[-1] == "status:TASK_STATE_COMPLETED"
-    users = [m.parts[0].text for m in got.history if m.role == Role.ROLE_USER]
-    assert users == ["slow 4"]
-    agents = [m for m in got.history if m.role == Role.ROLE_AGENT]
-    assert all("progress" not in m.metadata for m in agents), [m.metadata for m in agents]
-    assert len(got.history) <= 2, [m.parts[0].text for m in got.history]
