@@ -205,6 +205,26 @@ def status_text(task: Task) -> str | None:
     return None
 
 
+def status_message_id(task: Task) -> str:
+    """The id of the status message made from a version of ``task`` (its id and version)."""
+    return f"{task.id}-{task.version}"
+
+
+def is_status_message(message: Message, task_id: str) -> bool:
+    """Whether ``message`` is a status message made for a version of ``task_id``.
+
+    The SDK moves the previous status message into the history on every status
+    update; such a message is a report of the job (progress, a status text), not
+    part of the conversation.
+    """
+    prefix = f"{task_id}-"
+    return (
+        message.role == Role.ROLE_AGENT
+        and message.message_id.startswith(prefix)
+        and message.message_id[len(prefix) :].isdigit()
+    )
+
+
 def status_of_task(task: Task) -> TaskStatus:
     """The A2A status of ``task``: state, timestamp, and the message.
 
@@ -224,7 +244,7 @@ def status_of_task(task: Task) -> TaskStatus:
     if text is None and task.progress is None:
         return status
     message = Message(
-        message_id=f"{task.id}-{task.version}",
+        message_id=status_message_id(task),
         role=Role.ROLE_AGENT,
         task_id=task.id,
         context_id=task.context_id or "",
@@ -305,11 +325,13 @@ __all__ = [
     "envelope_content",
     "envelope_for",
     "envelope_of",
+    "is_status_message",
     "message_from_stored",
     "message_to_stored",
     "part_from_json",
     "part_to_json",
     "result_artifact",
+    "status_message_id",
     "status_of",
     "status_of_task",
     "text_of",

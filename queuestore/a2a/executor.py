@@ -141,10 +141,13 @@ class QueuestoreAgentExecutor(AgentExecutor):
         row = await self.queue.store.get(task_id, owner=owner)
         if row.status in _PARKED:
             if context.message is not None:
-                # The answer joins the history now: the job may finish before the
-                # SDK's next save, and a finished task takes no more writes.
+                # The question and its answer join the history now: the job may
+                # finish before the SDK's next save, and a finished task takes no
+                # more writes (nor does a save bring the job's status messages).
+                status = convert.status_of_task(row)
+                asked = [status.message] if status.HasField("message") else []
                 row = await self.queue.store.update(
-                    task_id, metadata=with_message(row, context.message), owner=owner
+                    task_id, metadata=with_message(row, *asked, context.message), owner=owner
                 )
             try:
                 await self.queue.resume(task_id, self.answer_from(context), owner=owner)
@@ -170,13 +173,15 @@ class QueuestoreAgentExecutor(AgentExecutor):
             raise InvalidParamsError(message=str(exc)) from exc
 
 
-def with_message(row: Task, message: Message) -> dict[str, Any]:
-    """The row's metadata with ``message`` added to the A2A history (once)."""
+def with_message(row: Task, *messages: Message) -> dict[str, Any]:
+    """The row's metadata with ``messages`` added to the A2A history (each once)."""
     content = dict(convert.envelope_of(row))
     history = list(content.get("history") or [])
     known = {convert.message_from_stored(item).message_id for item in history}
-    if message.message_id not in known:
-        history.append(convert.message_to_stored(message))
+    for message in messages:
+        if message.message_id not in known:
+            history.append(convert.message_to_stored(message))
+            known.add(message.message_id)
     content["history"] = history
     return {**row.metadata, convert.ENVELOPE: content}
 

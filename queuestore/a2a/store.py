@@ -427,6 +427,8 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
     ) -> Task:
         cancel = target is TaskStatus.CANCELLED
         job = current.name != SDK_TASK
+        if job:
+            _drop_status_messages(task, convert.envelope_of(current).get("history"))
         if current.is_terminal:
             if target is current.status or (job and target not in TERMINAL):
                 # The SDK echoing the end it knows, or a job's earlier version it relays.
@@ -581,6 +583,32 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         except InvalidTransition as exc:
             log.warning("a2a: refused an artifact for task %s: %s", row.id, exc)
             raise ConcurrentTaskModificationError(row.id) from exc
+
+
+def _drop_status_messages(task: A2ATask, stored: Any) -> None:
+    """Take the job's status messages the SDK moved into ``task.history`` out again.
+
+    On every status update the SDK moves the previous status message into the
+    history of its working copy (the ``task`` it saves, keeps and answers a
+    blocking send with). For a job that is each report (progress, a status
+    text): it belongs in the status, and the history keeps the conversation.
+    A status message the stored history holds stays (the question a user
+    answered: the executor adds it with the answer). The copy is pruned in
+    place, so it does not grow with every report either.
+    """
+    held = (
+        {convert.message_from_stored(item).message_id for item in stored if isinstance(item, str)}
+        if isinstance(stored, list)
+        else set()
+    )
+    kept = [
+        message
+        for message in task.history
+        if message.message_id in held or not convert.is_status_message(message, task.id)
+    ]
+    if len(kept) != len(task.history):
+        del task.history[:]
+        task.history.extend(kept)
 
 
 def _merged_history(stored: Any, copy: Any) -> list[str]:

@@ -104,6 +104,7 @@ class HandshakeEra:
         return {**result, "tools": others + ours}
 
     async def _create_legacy(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        ttl_ms = wire.requested_ttl(ctx.params.get("task") if ctx.params is not None else None)
         try:
             params = types.CallToolRequestParams.model_validate(ctx.params, by_name=False)
         except ValidationError as exc:
@@ -114,7 +115,6 @@ class HandshakeEra:
                 code=types.METHOD_NOT_FOUND,
                 message=f"tool {params.name!r} does not support task-augmented calls",
             )
-        ttl_ms = params.task.ttl if params.task is not None else None
         # The watch opens before the task exists, so the notifier misses no change.
         task_id = new_task_id()
         watching = AsyncExitStack()

@@ -210,7 +210,9 @@ class McpTasks:
         task_id: str | None = None,
     ) -> Task:
         """Commit a task owned by the caller, its ttl within the configured maximum; enqueue it."""
-        requested = ttl_ms if ttl_ms is not None and ttl_ms > 0 else self.settings.default_ttl_ms
+        if ttl_ms is not None and ttl_ms < 1:
+            raise ValueError(f"ttl_ms must be at least 1, not {ttl_ms}")
+        requested = self.settings.default_ttl_ms if ttl_ms is None else ttl_ms
         granted = min(requested, self.settings.max_ttl_ms)
         return await self.queue.submit(
             job_name,

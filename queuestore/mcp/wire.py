@@ -167,6 +167,25 @@ def tool_result_payload(task: Task) -> dict[str, Any]:
     return result
 
 
+def requested_ttl(task: object) -> int | None:
+    """The retention a 2025-11-25 ``task`` field asks for, in milliseconds.
+
+    The schema makes ``ttl`` an integer: a JSON number without a fractional
+    part (``2500.0``) is one, anything else (``1.5``, ``true``, ``"5"``) is
+    refused with -32602, and so is a ttl below 1 ms. ``null`` or no ttl: none
+    requested.
+    """
+    ttl = task.get("ttl") if isinstance(task, dict) else None
+    if ttl is None:
+        return None
+    whole = isinstance(ttl, int) or (isinstance(ttl, float) and ttl.is_integer())
+    if isinstance(ttl, bool) or not whole:
+        invalid_params(f"invalid params: task.ttl must be an integer of milliseconds, not {ttl!r}")
+    if ttl < 1:
+        invalid_params(f"invalid params: task.ttl must be at least 1 millisecond, not {ttl!r}")
+    return int(ttl)
+
+
 def invalid_params(message: str) -> NoReturn:
     raise MCPError(code=types.INVALID_PARAMS, message=message)
 

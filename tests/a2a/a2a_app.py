@@ -41,7 +41,8 @@ def record(ctx: TaskContext, event: str) -> None:
 @job(app, name="agent.main")
 def agent(ctx: TaskContext, text: str) -> object:
     """``echo X``: an artifact and X back; ``slow N``: N seconds of progress;
-    ``ask``: a question, then a greeting; ``fail``: an exception."""
+    ``burst N``: N progress reports in quick succession, each written; ``ask``: a question,
+    then a greeting; ``fail``: an exception."""
     command, _, argument = text.partition(" ")
     if command == "slow":
         record(ctx, "start")
@@ -58,6 +59,13 @@ def agent(ctx: TaskContext, text: str) -> object:
             raise
         record(ctx, "end")
         return {"slept": seconds}
+    if command == "burst":
+        reports = int(argument or 200)
+        for done in range(1, reports + 1):
+            ctx.progress(done / reports, f"{done} of {reports}")
+            ctx.flush()  # each report its own version
+            time.sleep(0.005)
+        return {"reports": reports}
     if command == "ask":
         name = ctx.request_input("What is your name?")
         return f"Hello, {name}!"

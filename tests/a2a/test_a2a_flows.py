@@ -255,6 +255,7 @@ async def test_a_second_message_continues_a_task_that_asked_for_input(
     async with a2a_client(server.url, binding=binding) as client:
         asked = await send(client, message("ask"))
         answered = await send(client, message("Ada", task_id=asked.id, context_id=asked.context_id))
+        got = await client.get_task(GetTaskRequest(id=asked.id))
 
     assert asked.status.state == INPUT_REQUIRED
     assert asked.status.message.parts[0].text == "What is your name?"
@@ -263,6 +264,10 @@ async def test_a_second_message_continues_a_task_that_asked_for_input(
     assert texts(answered)["result"] == "Hello, Ada!"
     users = [m.parts[0].text for m in answered.history if m.role == Role.ROLE_USER]
     assert users == ["ask", "Ada"]
+    conversation = [(Role.ROLE_USER, "ask"), (Role.ROLE_AGENT, "What is your name?")]
+    conversation.append((Role.ROLE_USER, "Ada"))
+    assert [(m.role, m.parts[0].text) for m in got.history] == conversation
+    assert [(m.role, m.parts[0].text) for m in answered.history] == conversation
 
 
 async def test_a_restarted_server_gets_subscribes_and_cancels_and_the_job_is_revoked(
@@ -359,3 +364,36 @@ async def test_a_tenant_is_part_of_the_owner(server: Server) -> None:
     assert inside.status.state == COMPLETED
     assert [t.id for t in listed.tasks] == [task.id]
     assert outside.total_size == 0
+
+
+async def test_progress_rides_in_the_status_and_the_history_keeps_the_conversation(
+    pg: A2ADeployment, server: Server
+) -> None:
+    updates: list[Task] = []
+    async with (
+        a2a_client(server.url, streaming=True) as streaming,
+        a2a_client(server.url, binding="HTTP+JSON") as client,
+    ):
+        task_id = ""
+        async for event in streaming.send_message(message("burst 200")):
+            if event.HasField("task"):
+                task_id = event.task.id
+            elif event.HasField("status_update"):
+                updates.append(Task(status=event.status_update.status))
+        latest = await client.get_task(GetTaskRequest(id=task_id, history_length=50))
+        whole = await client.get_task(GetTaskRequest(id=task_id))
+        sent = await send(client, message("burst 200"))
+
+    progress = [
+        update.status.message.metadata["progress"]
+        for update in updates
+        if update.status.state == WORKING and "progress" in update.status.message.metadata
+    ]
+    assert len(progress) >= 10, progress  # the change feed may coalesce reports
+    assert progress == sorted(progress)
+    assert updates[-1].status.state == COMPLETED
+    assert [(m.role, m.parts[0].text) for m in whole.history] == [(Role.ROLE_USER, "burst 200")]
+    assert latest.history[0].parts[0].text == "burst 200"
+    assert [m.role for m in sent.history] == [Role.ROLE_USER]
+    # The row stays small however often the job reports.
+    assert len(str(pg.deployment.queue.store.get(task_id).metadata)) < 1_000

@@ -450,3 +450,28 @@ def test_a_relayed_event_of_a_job_that_ends_during_the_save_leaves_the_end_stand
     after = store.get("t-ends")
     assert (after.status, after.result) == (Status.COMPLETED, {"ok": 1})
     assert version == TaskVersion(ended[0]) == TaskVersion(after.version)
+
+
+def test_the_jobs_status_messages_the_sdk_moves_into_the_history_are_left_out(
+    store: TaskStore,
+) -> None:
+    versioned = VersionedQueuestoreTaskStore(store)
+    row = _working_job(store, "t-reports")
+    copy = to_a2a(row)
+    for report in range(5):  # what the SDK does with each status update it relays
+        row = store.update(row.id, status_message=f"report {report}")
+        copy.history.append(convert.status_of_task(row).message)
+    answer = new_text_message("an answer", role=Role.ROLE_USER)
+    copy.history.append(answer)
+    event = TaskStatusUpdateEvent(task_id=row.id, context_id="ctx", status=copy.status)
+
+    run(
+        versioned.save(
+            copy, event=event, prev=None, prev_version=TaskVersion.MISSING, context=ALICE
+        )
+    )
+
+    stored = run(versioned.get(row.id, ALICE))
+    assert stored is not None
+    assert [message.parts[0].text for message in stored.task.history] == ["first", "an answer"]
+    assert list(copy.history) == list(stored.task.history)  # the SDK's copy, pruned too

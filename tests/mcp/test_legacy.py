@@ -256,3 +256,29 @@ async def test_a_task_created_while_the_broker_is_down_still_runs(pg: McpDeploym
     # The worker's beat publishes what the server could not (the dispatcher sweep).
     async with legacy(pg.stdio()) as tasks:
         assert (await tasks.result(created.task_id)).structured_content == {"result": 11}
+
+
+async def test_a_requested_ttl_outside_the_schema_is_refused(http: Server) -> None:
+    """``task.ttl`` is an integer of milliseconds: a positive one is granted, others refused."""
+    async with legacy(http.url, token="token-bob") as tasks:
+        before = await tasks.list()
+        for ttl in (0, -1, 1.5, 0.4, True, "5", [1]):
+            with pytest.raises(MCPError) as refused:
+                await tasks.dispatcher.send_raw_request(
+                    "tools/call",
+                    {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": ttl}},
+                )
+            assert refused.value.error.code == types.INVALID_PARAMS, ttl
+            assert "ttl" in refused.value.error.message, refused.value.error.message
+        after = await tasks.list()
+        assert after.tasks[:1] == before.tasks[:1]  # nothing was created
+        whole = await tasks.dispatcher.send_raw_request(
+            "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": 2500.0}}
+        )
+        assert types.CreateTaskResult.model_validate(whole, by_name=False).task.ttl == 2500
+        unset = await tasks.dispatcher.send_raw_request(
+            "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": None}}
+        )
+        assert types.CreateTaskResult.model_validate(unset, by_name=False).task.ttl == 3_600_000
+        huge = await tasks.create("add", {"a": 1, "b": 2}, ttl_ms=10**30)
+        assert huge.ttl == 86_400_000  # cut to QUEUESTORE_MCP_MAX_TTL_MS
