@@ -31,7 +31,9 @@ _NUL_MESSAGE: Final = "must not contain the NUL character (PostgreSQL cannot sto
 
 M = TypeVar("M", bound=BaseModel)
 
-_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+NAME_PATTERN: Final = r"^[^\s\x00-\x1f\x7f]+$"
+"""A job name: no whitespace or control characters."""
+_NAME = re.compile(NAME_PATTERN)
 _JSON: Final = TypeAdapter[JsonValue](JsonValue, config=ConfigDict(allow_inf_nan=False))
 """pydantic's validator of JSON values (NaN and infinity refused), which says where a
 value is not JSON. It calls a Python function for every value it meets: :func:`json_value`

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
 from types import FrameType
-from typing import Final
+from typing import Any, Final
 
 from celery import Celery
 from fastapi import FastAPI
@@ -30,7 +30,7 @@ from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, loa
 from queuestore.http.limits import BodyLimit
 from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
-from queuestore.http.schemas import Health
+from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health
 from queuestore.http.service import Service, ServiceDep
 from queuestore.queue import TaskQueue
 
@@ -96,6 +96,7 @@ def create_app(
         version=_version(),
         lifespan=lifespan,
     )
+    _document_json(app)
     problems.install(app, retry_after=settings.http_retry_after)
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
     app.add_middleware(SameOriginWrites)
@@ -105,6 +106,19 @@ def create_app(
     _dashboard(app)
     _metrics(app)
     return app
+
+
+def _document_json(app: FastAPI) -> None:
+    """Add the ``JsonDocument`` component the request bodies refer to."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        document = build()
+        components = document.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("JsonDocument", JSON_DOCUMENT_SCHEMA)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _queue_from(settings: Settings) -> TaskQueue:

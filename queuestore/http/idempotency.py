@@ -24,6 +24,8 @@ from queuestore.models import Task
 
 HEADER: Final = "Idempotency-Key"
 MAX_KEY_LENGTH: Final = 255
+KEY_PATTERN: Final = r"^[!-~]([ -~]*[!-~])?$"
+"""Printable ASCII, no space at either end (HTTP strips them from a header's value)."""
 
 
 def task_id_for(owner: str | None, key: str, *, secret: bytes) -> str:

@@ -164,6 +164,13 @@ def install(app: FastAPI, *, retry_after: int) -> None:
         if any(error.type == "json_invalid" for error in errors):
             detail = "the request body is not valid JSON"
             return problem(400, "malformed-json", detail, errors=errors)
+        # The limits stated in the schema keep the answers documented before them.
+        if any(error.loc == ["header", "idempotency-key"] for error in errors):
+            detail = "Idempotency-Key must be 1 to 255 printable characters"
+            return problem(400, "invalid-idempotency-key", detail)
+        if any(error.loc == ["path", "task_id"] for error in errors):
+            detail = "task_id: must be 1 to 64 characters of [A-Za-z0-9_-]"
+            return problem(422, "invalid-task-data", detail)
         detail = "invalid request"
         if errors:
             detail = f"{'.'.join(str(part) for part in errors[0].loc)}: {errors[0].msg}"

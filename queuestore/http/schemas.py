@@ -7,10 +7,46 @@ inside the store; everything a caller can act on is here. Durations are seconds.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from queuestore.models import Artifact, Task, TaskError, TaskStatus
+from queuestore.validation import NAME_PATTERN
+
+NO_NUL_PATTERN: Final = r"^[^\x00]*$"
+"""PostgreSQL cannot store the NUL character in a text."""
+
+
+JSON_DOCUMENT_SCHEMA: Final[dict[str, Any]] = {
+    "description": "Any JSON value whose texts and keys hold no NUL character.",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL_PATTERN},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonDocument"}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL_PATTERN},
+            "additionalProperties": {"$ref": "#/components/schemas/JsonDocument"},
+        },
+    ],
+}
+"""What the store accepts as a JSON document, as the OpenAPI component ``JsonDocument``."""
+
+JsonDocument = Annotated[
+    JsonValue, WithJsonSchema({"allOf": [{"$ref": "#/components/schemas/JsonDocument"}]})
+]
+"""A JSON value the store can keep (no NUL), stated in the OpenAPI document."""
+
+
+def _json_object(description: str) -> Any:
+    return Field(
+        default_factory=dict,
+        description=description,
+        json_schema_extra={"propertyNames": {"pattern": NO_NUL_PATTERN}},
+    )
 
 
 class _Body(BaseModel):
@@ -20,12 +56,19 @@ class _Body(BaseModel):
 class CreateTask(_Body):
     """A task to create; its job runs on a worker."""
 
-    name: str = Field(min_length=1, max_length=200, description="The job to run.")
-    input: dict[str, JsonValue] = Field(
-        default_factory=dict, description="The job's keyword arguments."
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=NAME_PATTERN,
+        description="The job to run: no whitespace or control characters.",
     )
+    input: dict[str, JsonDocument] = _json_object("The job's keyword arguments.")
     context_id: str | None = Field(
-        None, min_length=1, max_length=256, description="Groups related tasks."
+        None,
+        min_length=1,
+        max_length=256,
+        pattern=NO_NUL_PATTERN,
+        description="Groups related tasks.",
     )
     ttl: float | None = Field(
         None,
@@ -33,21 +76,21 @@ class CreateTask(_Body):
         le=10 * 365 * 86400,
         description="Seconds the task is kept once finished; default: the janitor's TTL.",
     )
-    metadata: dict[str, JsonValue] = Field(
-        default_factory=dict, description="Kept verbatim with the task."
-    )
+    metadata: dict[str, JsonDocument] = _json_object("Kept verbatim with the task.")
 
 
 class CancelTask(_Body):
     """Why a task is cancelled (optional)."""
 
-    reason: str | None = Field(None, max_length=10_000, description="Becomes the status message.")
+    reason: str | None = Field(
+        None, max_length=10_000, pattern=NO_NUL_PATTERN, description="Becomes the status message."
+    )
 
 
 class ResumeTask(_Body):
     """The answer to a task waiting in ``input_required``."""
 
-    answer: JsonValue = Field(description="Handed to the job's request_input call.")
+    answer: JsonDocument = Field(description="Handed to the job's request_input call.")
 
 
 class TaskView(BaseModel):

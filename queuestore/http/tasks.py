@@ -18,14 +18,30 @@ from queuestore.errors import TaskConflict
 from queuestore.http import idempotency
 from queuestore.http.auth import named
 from queuestore.http.problems import ProblemError, responses
-from queuestore.http.schemas import CancelTask, CreateTask, ResumeTask, TaskList, TaskView
+from queuestore.http.schemas import (
+    NO_NUL_PATTERN,
+    CancelTask,
+    CreateTask,
+    ResumeTask,
+    TaskList,
+    TaskView,
+)
 from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.jobs import registered_names
-from queuestore.models import TaskStatus
+from queuestore.models import TASK_ID_PATTERN, TaskStatus
+from queuestore.validation import NAME_PATTERN
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
-TaskId = Annotated[str, Path(description="The task's id.")]
+TaskId = Annotated[
+    str,
+    Path(
+        description="The task's id.",
+        min_length=1,
+        max_length=64,
+        pattern=TASK_ID_PATTERN.pattern,
+    ),
+]
 
 
 @router.post(
@@ -47,6 +63,9 @@ async def create_task(
         str | None,
         Header(
             description="Makes the create safe to retry: the same key returns the same task.",
+            min_length=1,
+            max_length=idempotency.MAX_KEY_LENGTH,
+            pattern=idempotency.KEY_PATTERN,
         ),
     ] = None,
 ) -> TaskView:
@@ -106,8 +125,10 @@ async def list_tasks(
     status: Annotated[
         list[TaskStatus] | None, Query(description="Only these statuses (repeat the parameter).")
     ] = None,
-    context_id: Annotated[str | None, Query(max_length=256)] = None,
-    name: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    context_id: Annotated[
+        str | None, Query(min_length=1, max_length=256, pattern=NO_NUL_PATTERN)
+    ] = None,
+    name: Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)] = None,
     updated_after: Annotated[
         AwareDatetime | None, Query(description="Only tasks written after this instant.")
     ] = None,

@@ -51,12 +51,15 @@ class HttpDeployment:
     def start_worker(self) -> LoggedProcess:
         return self.deployment.start_worker(app="http_app", cwd=HERE, env=self.env())
 
-    def start_api(self, *flags: str, **env: str) -> Api:
-        """``python -m queuestore serve --port PORT --app http_app`` with ``env``, answering."""
+    def start_api(self, *flags: str, app: str | None = "http_app", **env: str) -> Api:
+        """``python -m queuestore serve --port PORT --app http_app`` with ``env``, answering.
+
+        ``app=None`` serves without the workers' app: the server then knows no job.
+        """
         port = free_port()
         command = [
             sys.executable, "-m", "queuestore", "serve", "--host", "127.0.0.1",
-            "--port", str(port), "--app", "http_app", *flags,
+            "--port", str(port), *(["--app", app] if app else []), *flags,
         ]  # fmt: skip
         defaults = {"QUEUESTORE_HTTP_TOKENS": json.dumps(TOKENS)}
         process = LoggedProcess.start(

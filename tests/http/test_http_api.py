@@ -406,7 +406,7 @@ def test_bad_input_on_every_endpoint_writes_nothing(
         (alice.post("/tasks", json={"name": "http.add", "ttl": -1}), 422, None),
         (alice.post("/tasks", json={"name": ""}), 422, None),
         (alice.post("/tasks", json={"name": "x", "colour": "red"}), 422, None),
-        (alice.post("/tasks", json={"name": "x\u0000y"}), 422, "invalid-task-data"),
+        (alice.post("/tasks", json={"name": "x\u0000y"}), 422, "invalid-request"),
         (alice.post("/tasks", json=["http.add"]), 422, None),
         (alice.post(f"{url}/cancel", json={"reason": 5}), 422, None),
         (alice.post(f"{url}/resume", json={}), 422, None),
