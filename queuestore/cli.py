@@ -416,7 +416,9 @@ def config_show(as_json: JsonOption = False) -> None:
         shown = (
             "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
         )
-        console.print(f"QUEUESTORE_{name.upper()}={shown}", markup=False, highlight=False)
+        console.print(
+            f"QUEUESTORE_{name.upper()}={shown}", markup=False, highlight=False, soft_wrap=True
+        )
 
 
 @config.command("reference")

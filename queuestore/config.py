@@ -15,6 +15,7 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from celery import Celery
 from pydantic import BeforeValidator, Field, SecretStr
@@ -61,10 +62,36 @@ def _temporary_folder(prefix: str) -> str:
     return folder
 
 
+MASK = "********"
+
+
+def mask_url_passwords(value: str) -> str:
+    """``value`` with the password of each URL in it replaced by ``********``.
+
+    Each of several ``;``-separated URLs (kombu's failover lists) is masked;
+    everything else is kept as written.
+    """
+    return ";".join(_mask_one(part) for part in value.split(";"))
+
+
+def _mask_one(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+
+
 class Settings(BaseSettings):
     """Every knob of a queuestore deployment; each reads ``QUEUESTORE_<NAME>``.
 
-    Durations accept seconds (``30``) or ISO 8601 (``PT30S``).
+    Durations accept seconds (``30``) or ISO 8601 (``PT30S``). Its ``repr``
+    hides the passwords in URLs, as secrets are hidden.
     """
 
     model_config = SettingsConfigDict(env_prefix="QUEUESTORE_", extra="ignore")
@@ -278,6 +305,10 @@ class Settings(BaseSettings):
                 dispatch_interval=self.dispatch_interval,
             )
         return queue
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, mask_url_passwords(value) if isinstance(value, str) else value
 
     def celery_config(self) -> dict[str, Any]:
         """Celery settings for durable jobs: late acks, one message at a time, no results."""

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from queuestore.config import Settings
+from queuestore.config import MASK, Settings, mask_url_passwords
 
 _HEADER = """\
 # Configuration reference
@@ -29,7 +29,9 @@ _HEADER = """\
 Every setting is read from the environment variable `QUEUESTORE_<NAME>` (or
 given to `Settings(...)` in code). Durations take seconds (`30`, `0.5`) or ISO
 8601 (`PT30S`); booleans take `true`/`false`; JSON objects are written as JSON.
-`queuestore config show` prints the values a process would use, secrets hidden.
+`queuestore config show` prints the values a process would use, secrets and the
+passwords in URLs hidden (`postgresql://app:********@db/q`), as does the
+settings object's `repr`.
 Worked examples of each variable are in `deploy/queuestore.env.example`.
 
 | Variable | Type | Default | Description |
@@ -48,19 +50,21 @@ def configuration_reference() -> str:
 
 
 def effective_settings(settings: Settings) -> dict[str, Any]:
-    """The settings as JSON-ready values, secrets replaced by ``"********"``."""
+    """The settings as JSON-ready values, secrets and URL passwords replaced by ``"********"``."""
     values: dict[str, Any] = {}
     for name in Settings.model_fields:
         value = getattr(settings, name)
         if name == "http_tokens" and value:
-            value = f"******** ({len(value)} tokens)"
+            value = f"{MASK} ({len(value)} tokens)"
         values[name] = _plain(value)
     return values
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, SecretStr):
-        return "********"
+        return MASK
+    if isinstance(value, str) and "://" in value:
+        return mask_url_passwords(value)
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, Path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from queuestore import SqlTaskStore
+from queuestore import Settings, SqlTaskStore
 from queuestore.cli import app
 from queuestore.migrations import head
 
@@ -80,3 +80,32 @@ def test_demo_runs_the_whole_flow_and_leaves_nothing_running(tmp_path: Path) -> 
     assert "removed by the janitor" in demo.stdout
     assert "all done" in demo.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+def test_config_show_hides_the_passwords_in_urls(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, as_json: bool
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_HOME", str(tmp_path))
+    monkeypatch.setenv("QUEUESTORE_DATABASE_URL", "postgresql://app:db-s3cret@db.internal:5432/q")
+    monkeypatch.setenv(
+        "QUEUESTORE_BROKER_URL", "redis://:br0ker-pw@r1:6379/0;redis://user:other-pw@r2:6379/0"
+    )
+    shown = CliRunner().invoke(app, ["config", "show", *(["--json"] if as_json else [])])
+
+    assert shown.exit_code == 0, shown.output
+    for secret in ("db-s3cret", "br0ker-pw", "other-pw"):
+        assert secret not in shown.output
+    assert "postgresql://app:********@db.internal:5432/q" in shown.output
+    assert "redis://:********@r1:6379/0;redis://user:********@r2:6379/0" in shown.output
+
+
+def test_the_settings_repr_hides_the_passwords_in_urls(tmp_path: Path) -> None:
+    settings = Settings(
+        home=tmp_path, database_url="postgresql://app:db-s3cret@db/q", broker_url="amqp://u:pw@mq//"
+    )
+    shown = repr(settings)
+    assert "db-s3cret" not in shown
+    assert ":pw@" not in shown
+    assert "postgresql://app:********@db/q" in shown
+    assert settings.database_url == "postgresql://app:db-s3cret@db/q"
