@@ -183,6 +183,50 @@ def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
     assert not list(queue.store.iterate(owner="erin"))
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "http://testserver:8080"},
+        {"Referer": "https://evil.example/page.html"},
+        {"Origin": "https://evil.example", "Referer": "http://testserver/dashboard"},
+    ],
+    ids=["foreign-origin", "null-origin", "other-port", "foreign-referer", "origin-wins"],
+)
+def test_without_fetch_metadata_a_foreign_origin_cannot_write(
+    queue: TaskQueue, headers: dict[str, str]
+) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        task = http.post("/tasks", json={"name": "job"}, headers={"X-User": "erin"}).json()
+        # An empty form a foreign page posts: no fetch metadata, the proxy's cookie.
+        form = {"Content-Type": "application/x-www-form-urlencoded", "X-User": "erin"}
+        refused = http.post(f"/tasks/{task['id']}/cancel", content=b"", headers=form | headers)
+        assert refused.status_code == 403
+        assert refused.json()["type"] == "urn:queuestore:problem:cross-site-request"
+        assert http.get(f"/tasks/{task['id']}", headers={"X-User": "erin"}).json()["status"] == (
+            "submitted"
+        )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Origin": "http://testserver"},
+        {"Origin": "http://TestServer:80"},
+        {"Referer": "http://testserver/dashboard"},
+    ],
+    ids=["no-headers", "same-origin", "same-origin-default-port", "same-origin-referer"],
+)
+def test_without_fetch_metadata_a_same_origin_or_non_browser_write_is_served(
+    queue: TaskQueue, headers: dict[str, str]
+) -> None:
+    with client(queue, http_trusted_header="X-User") as http:
+        created = http.post("/tasks", json={"name": "job"}, headers={"X-User": "erin", **headers})
+        assert created.status_code == 201, created.text
+
+
 class _BrokenStore(InMemoryTaskStore):
     def get(self, task_id: str, *, owner: Any = None) -> Any:
         raise RuntimeError("secret internals at /srv/app.py line 12")
