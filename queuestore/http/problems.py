@@ -8,7 +8,7 @@ and anything unexpected becomes a bare 500 whose details stay in the server's lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from queuestore.errors import (
     BrokerUnavailable,
@@ -179,7 +180,11 @@ def install(app: FastAPI, *, retry_after: int) -> None:
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         kind = _TITLES.get(exc.status_code, "error").lower().replace(" ", "-")
-        return problem(exc.status_code, kind, str(exc.detail), headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route on the path only.
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return problem(exc.status_code, kind, str(exc.detail), headers=headers)
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
@@ -190,6 +195,28 @@ def install(app: FastAPI, *, retry_after: int) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves on the request's path (RFC 9110 15.5.6)."""
+    return sorted(_methods_on(request.app.router.routes, {**request.scope, "method": "GET"}))
+
+
+def _methods_on(routes: Iterable[Any], scope: dict[str, Any]) -> set[str]:
+    methods: set[str] = set()
+    for route in routes:
+        match, child_scope = route.matches(scope)
+        if match is Match.NONE:
+            continue
+        # A mount, or a router FastAPI included (its routes carry their full paths).
+        nested = getattr(route, "routes", None)
+        if nested is None:
+            nested = getattr(getattr(route, "original_router", None), "routes", None)
+        if nested is not None:
+            methods |= _methods_on(nested, {**scope, **child_scope})
+        elif served := getattr(route, "methods", None):
+            methods |= set(served)
+    return methods
 
 
 def _is_json(request: Request) -> bool:

@@ -295,3 +295,19 @@ def test_a_job_the_servers_app_does_not_know_is_refused_and_nothing_is_written(
 def test_any_job_name_is_accepted_where_the_server_knows_no_jobs(queue: TaskQueue) -> None:
     with client(queue) as http:
         assert http.post("/tasks", json={"name": "defined.in.the.workers"}).status_code == 201
+
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def test_a_405_lists_every_method_its_path_allows(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        paths = http.get("/openapi.json").json()["paths"]
+        assert paths
+        for template, operations in paths.items():
+            allowed = {method.upper() for method in operations}
+            path = template.replace("{task_id}", "AAAAAAAAAAAAAAAAAAAAAA")
+            for method in set(METHODS) - allowed:
+                answer = http.request(method, path)
+                assert answer.status_code == 405, (method, path)
+                assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
