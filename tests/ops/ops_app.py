@@ -17,6 +17,9 @@ from queuestore import TaskContext, job
 from workers import app, queue
 
 app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
+# No worker consumes this queue: an ``ops.parked`` task stays submitted, even once the
+# dispatcher sweep publishes it.
+app.conf.task_routes = {"ops.parked": {"queue": f"{app.conf.task_default_queue}.parked"}}
 log = logging.getLogger("ops_app")
 
 
@@ -61,6 +64,11 @@ def _wait_for_file(path: Path, *, timeout: float) -> None:
 def boom(ctx: TaskContext, message: str = "it broke") -> None:
     """Fail at once (the worker logs the traceback)."""
     raise RuntimeError(message)
+
+
+@job(app, name="ops.parked")
+def parked(ctx: TaskContext) -> None:
+    """Never runs: its queue has no consumer (see ``task_routes`` above)."""
 
 
 __all__ = ["app", "queue"]

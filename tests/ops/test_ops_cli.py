@@ -132,7 +132,7 @@ def test_watch_prints_one_line_per_change_when_piped(ops: Ops) -> None:
 
 
 def test_watch_times_out_with_one_line(ops: Ops) -> None:
-    task = ops.deployment.queue.store.create("ops.nowhere")  # never published: stays submitted
+    task = ops.deployment.queue.store.create("ops.parked")  # its queue has no consumer
     watched = ops.cli("tasks", "watch", "--timeout", "0.5", "--", task.id)
     assert watched.returncode == 1
     assert _lines(watched.stderr) == ["queuestore: error: tasks still running after 0.5s"]
@@ -156,7 +156,7 @@ def test_resume_answers_a_task_and_its_job_finishes(ops: Ops) -> None:
 
 def test_delete_removes_a_finished_task_and_refuses_a_live_one(ops: Ops) -> None:
     store = ops.deployment.queue.store
-    live = store.create("ops.nowhere")
+    live = store.create("ops.parked")
     refused = ops.cli("tasks", "delete", "--", live.id)
     assert refused.returncode == 1
     assert len(_lines(refused.stderr)) == 1
@@ -165,7 +165,7 @@ def test_delete_removes_a_finished_task_and_refuses_a_live_one(ops: Ops) -> None
 
     forced = ops.cli("tasks", "delete", "--force", "--", live.id)
     assert forced.returncode == 0, forced.stderr
-    cancelled = store.cancel(store.create("ops.nowhere").id)
+    cancelled = store.cancel(store.create("ops.parked").id)
     deleted = ops.cli("tasks", "delete", "--", cancelled.id)
     assert deleted.returncode == 0, deleted.stderr
     for task_id in (live.id, cancelled.id):
@@ -199,8 +199,8 @@ BAD_INPUT = [
 
 def test_bad_input_is_one_line_on_stderr_and_writes_nothing(ops: Ops) -> None:
     store = ops.deployment.queue.store
-    carol = store.create("ops.nowhere", owner="carol")
-    done = store.cancel(store.create("ops.nowhere").id)
+    carol = store.create("ops.parked", owner="carol")
+    done = store.cancel(store.create("ops.parked").id)
     before = store.status_counts()
 
     def run(case: Any) -> str | None:

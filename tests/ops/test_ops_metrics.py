@@ -67,7 +67,7 @@ def test_worker_counts_match_what_it_ran(ops: Ops) -> None:
 
 def test_tasks_by_status_and_backlog_are_read_from_the_store_at_scrape(ops: Ops) -> None:
     store, grace = ops.deployment.queue.store, ops.deployment.queue.dispatch_grace
-    store.create("ops.nowhere")  # never published: in the backlog once older than the grace
+    store.create("ops.parked")  # never published: in the backlog once older than the grace
 
     def agrees() -> bool:
         counts, backlog = store.status_counts(), store.outbox_backlog(grace)
@@ -110,7 +110,7 @@ def test_reaper_retries_and_failures_are_counted_apart(ops: Ops) -> None:
 def test_janitor_removals_are_counted(ops: Ops) -> None:
     store = ops.deployment.queue.store
     before = scrape(ops.metrics_port)
-    task = store.cancel(store.create("ops.nowhere", ttl=timedelta(milliseconds=10)).id)
+    task = store.cancel(store.create("ops.parked", ttl=timedelta(milliseconds=10)).id)
 
     def removed() -> Samples | None:
         after = scrape(ops.metrics_port)
