@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -311,3 +312,19 @@ def test_a_405_lists_every_method_its_path_allows(queue: TaskQueue) -> None:
                 answer = http.request(method, path)
                 assert answer.status_code == 405, (method, path)
                 assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
+
+
+def test_the_dashboard_allows_its_own_inline_script_and_style_by_digest(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        page = http.get("/dashboard")
+    policy = dict(
+        directive.strip().split(" ", 1)
+        for directive in page.headers["content-security-policy"].split(";")
+    )
+    assert "unsafe-inline" not in page.headers["content-security-policy"]
+    for tag, directive in (("script", "script-src"), ("style", "style-src")):
+        body = page.text.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+        digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+        assert policy[directive] == f"'sha256-{digest}'"
+    markup = page.text.split("<script>", 1)[0]
+    assert re.search(r"\s(style|on[a-z]+)\s*=", markup) is None  # no inline attribute to allow
