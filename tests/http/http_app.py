@@ -44,3 +44,11 @@ def steps(ctx: TaskContext, count: int = 10, pause: float = 0.3) -> dict[str, in
 def ask(ctx: TaskContext, question: str = "Proceed?") -> dict[str, object]:
     """Ask a question; return the answer."""
     return {"answer": ctx.request_input(question)}
+
+
+@job(app, name="http.fail")
+def fail(ctx: TaskContext, message: str = "it broke", report: str = "working on it") -> None:
+    """Report ``report`` as progress, then fail with ``message``."""
+    ctx.progress(0.5, report)
+    ctx.flush()
+    raise RuntimeError(message)

@@ -1,4 +1,5 @@
-"""Helpers of the HTTP tests: reading event streams, and the store's state as a fingerprint."""
+"""Helpers of the HTTP tests: reading event streams, waiting for a status, and the store's
+state as a fingerprint."""
 
 from __future__ import annotations
 
@@ -54,4 +55,16 @@ def snapshot(store: TaskStore, timeout: float = 30.0) -> dict[str, int]:
         if all(task.status not in RUNNING for task in tasks):
             return {task.id: task.version for task in tasks}
         assert time.monotonic() < deadline, "jobs kept running"
+        time.sleep(0.05)
+
+
+def wait_for_status(
+    client: httpx.Client, task_id: str, *statuses: str, timeout: float = 30
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        task = client.get(f"/tasks/{task_id}").json()
+        if task["status"] in statuses:
+            return task
+        assert time.monotonic() < deadline, f"task stayed {task['status']}: {task}"
         time.sleep(0.05)

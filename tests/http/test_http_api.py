@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
-from http_support import events, raw_events, snapshot
+from http_support import events, raw_events, snapshot, wait_for_status
 from sqlalchemy import make_url
 
 PROBLEM = "application/problem+json"
@@ -43,18 +43,6 @@ def create(client: httpx.Client, name: str, **body: Any) -> dict[str, Any]:
     response = client.post("/tasks", json={"name": name, **body})
     assert response.status_code == 201, response.text
     return response.json()
-
-
-def wait_for_status(
-    client: httpx.Client, task_id: str, *statuses: str, timeout: float = 30
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        task = client.get(f"/tasks/{task_id}").json()
-        if task["status"] in statuses:
-            return task
-        assert time.monotonic() < deadline, f"task stayed {task['status']}: {task}"
-        time.sleep(0.05)
 
 
 def assert_problem(response: httpx.Response, status: int, kind: str | None = None) -> dict:

@@ -4,7 +4,10 @@ Signed in as Alice, the page lists her tasks and not Bob's; a task created
 after the page loaded appears, and its worker's progress moves, without a
 reload (the page's event stream); the cancel button cancels it in the store, and the
 resume button answers a task that waits for input.
-A screenshot is saved in the test's temporary folder.
+At 1280 px the table fits its panel, only a running job without progress draws a moving
+bar, a failed row shows its error, and an injected inline handler does not run (the
+policy allows the page's own script by digest). Screenshots are saved in the test's
+temporary folder.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from types import ModuleType
 import pytest
 from http_browser import Chromium
 from http_deployment import Api, HttpDeployment
+from http_support import wait_for_status
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 
@@ -88,3 +92,70 @@ def test_dashboard_lists_follows_and_cancels(browser: Chromium, api: Api, tmp_pa
 
         shot = browser.screenshot(tmp_path / "dashboard.png")
         assert shot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_dashboard_at_1280_fits_its_panel_and_shows_what_each_row_is(
+    browser: Chromium, api: Api, tmp_path: Path
+) -> None:
+    # A long message with long unbroken words (digests), as jobs report them.
+    digest = "sha256:" + "0123456789abcdef" * 8
+    report = f"verifying {digest} against {digest} before the upload"
+    with api.client("token-alice") as alice:
+        failed = alice.post(
+            "/tasks",
+            json={"name": "http.fail", "input": {"message": "disk full", "report": report}},
+        ).json()
+        done = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "b": 2}}).json()
+        running = alice.post(
+            "/tasks", json={"name": "http.steps", "input": {"count": 400, "pause": 0.25}}
+        ).json()
+        cancelled = alice.post("/tasks", json={"name": "http.ask"}).json()
+        for task, status in ((failed, "failed"), (done, "completed")):
+            wait_for_status(alice, task["id"], status)
+        wait_for_status(alice, cancelled["id"], "input_required")
+        alice.post(f"/tasks/{cancelled['id']}/cancel", json={})
+
+        browser.navigate(f"{api.url}/dashboard")
+        browser.evaluate(
+            "document.getElementById('token').value = 'token-alice';"
+            "document.querySelector('#signin button[type=submit]').click()"
+        )
+        for task, status in (
+            (failed, "failed"),
+            (done, "completed"),
+            (cancelled, "cancelled"),
+            (running, "working"),
+        ):
+            browser.wait(f"{row(task['id'])}?.dataset.status === {json.dumps(status)}", what=status)
+
+        assert browser.evaluate("window.innerWidth") == 1280
+        fits = browser.evaluate(
+            "(() => { const table = document.querySelector('table');"
+            " const panel = table.closest('section').getBoundingClientRect();"
+            " const updated = document.querySelector('thead th:last-child')"
+            ".getBoundingClientRect();"
+            " return [table.scrollWidth <= table.clientWidth + 1,"
+            "         table.getBoundingClientRect().right <= panel.right + 1,"
+            "         updated.right <= panel.right + 1,"
+            "         document.documentElement.scrollWidth <= window.innerWidth]; })()"
+        )
+        assert fits == [True, True, True, True]
+
+        message = f"{row(failed['id'])}.querySelector('td.message')"
+        assert browser.evaluate(f"{message}.textContent") == "RuntimeError: disk full"
+        assert browser.evaluate(f"{message}.hasAttribute('data-error')")
+        moving = "document.querySelectorAll('tr:not([data-status=working]) progress:indeterminate')"
+        assert browser.evaluate(f"{moving}.length") == 0
+        assert browser.evaluate(f"{row(cancelled['id'])}.querySelector('progress')") is None
+        browser.screenshot(tmp_path / "dashboard-1280.png")
+
+        # The page's policy allows its own script by digest, never an injected handler.
+        browser.evaluate(
+            "const img = Object.assign(document.createElement('div'), {"
+            ' innerHTML: \'<img src="/no-such-image" onerror="window.injected = true">\' });'
+            "img.firstChild.addEventListener('error', () => { window.failedToLoad = true; });"
+            "document.body.append(img)"
+        )
+        browser.wait("window.failedToLoad === true", what="the injected image's error event")
+        assert browser.evaluate("window.injected === undefined")
+        alice.post(f"/tasks/{running['id']}/cancel", json={})
