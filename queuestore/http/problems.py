@@ -162,9 +162,11 @@ def install(app: FastAPI, *, retry_after: int) -> None:
             media = request.headers.get("content-type", "none")
             detail = f"the request body must be application/json, not {media}"
             return problem(415, "unsupported-media-type", detail)
-        if any(error.type == "json_invalid" for error in errors):
-            detail = "the request body is not valid JSON"
-            return problem(400, "malformed-json", detail, errors=errors)
+        for error in exc.errors():
+            if error.get("type") == "json_invalid":
+                reason = (error.get("ctx") or {}).get("error")
+                detail = "the request body is not valid JSON" + (f": {reason}" if reason else "")
+                return problem(400, "malformed-json", detail, errors=errors)
         # The limits stated in the schema keep the answers documented before them.
         if any(error.loc == ["header", "idempotency-key"] for error in errors):
             detail = "Idempotency-Key must be 1 to 255 printable characters"

@@ -17,6 +17,7 @@ from pydantic import AwareDatetime
 from queuestore.errors import TaskConflict
 from queuestore.http import idempotency
 from queuestore.http.auth import named
+from queuestore.http.bodies import JsonRoute
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import (
     NO_NUL_PATTERN,
@@ -31,7 +32,7 @@ from queuestore.jobs import registered_names
 from queuestore.models import TASK_ID_PATTERN, TaskStatus
 from queuestore.validation import NAME_PATTERN
 
-router = APIRouter(prefix="/tasks", tags=["tasks"])
+router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
 
 TaskId = Annotated[
     str,

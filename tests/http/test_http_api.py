@@ -365,6 +365,15 @@ def test_reconnecting_with_last_event_id_replays_what_was_missed(alice: httpx.Cl
 # -- bad input --------------------------------------------------------------------
 
 
+UNPARSABLE_BODIES = [
+    b'{"name": "http.add", "input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"name": "http.add\xff"}',  # not UTF-8
+    '{"name": "http.add"}'.encode("utf-16"),
+    b'{"name": "http.add", "input": {"a": NaN}, "answer": Infinity, "reason": -Infinity}',
+    b'{"name": "http.add", "input": {"a": ' + b"9" * 5000 + b"}}",
+]
+
+
 def test_bad_input_on_every_endpoint_writes_nothing(
     alice: httpx.Client, pg: HttpDeployment
 ) -> None:
@@ -380,6 +389,12 @@ def test_bad_input_on_every_endpoint_writes_nothing(
         (alice.post("/tasks", content=b'{"name": ', headers=json_headers), 400, "malformed-json"),
         (alice.post(f"{url}/cancel", content=b"{", headers=json_headers), 400, "malformed-json"),
         (alice.post(f"{url}/resume", content=b"[1,", headers=json_headers), 400, "malformed-json"),
+        # not JSON, or more than the parser can hold: the same documented problem
+        *(
+            (alice.post(path, content=body, headers=json_headers), 400, "malformed-json")
+            for path in ("/tasks", f"{url}/cancel", f"{url}/resume")
+            for body in UNPARSABLE_BODIES
+        ),
         (alice.post("/tasks", content=b'{"name": "x"}'), 415, "unsupported-media-type"),
         (
             alice.post("/tasks", content=b'{"name": "x"}', headers={"Content-Type": "text/plain"}),

@@ -21,7 +21,7 @@ import pytest
 from celery import Celery
 from fastapi.testclient import TestClient
 
-from queuestore import InMemoryTaskStore, Settings, TaskContext, TaskQueue, job
+from queuestore import InMemoryTaskStore, Settings, TaskContext, TaskQueue, TaskStatus, job
 from queuestore.http import StaticTokens, create_app
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
@@ -328,3 +328,43 @@ def test_the_dashboard_allows_its_own_inline_script_and_style_by_digest(queue: T
         assert policy[directive] == f"'sha256-{digest}'"
     markup = page.text.split("<script>", 1)[0]
     assert re.search(r"\s(style|on[a-z]+)\s*=", markup) is None  # no inline attribute to allow
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested", id="deep"),
+        pytest.param(b'{"name": "a\xff"}', "not UTF-8: byte 0xff at 11", id="not-utf-8"),
+        pytest.param('{"name": "a"}'.encode("utf-16"), "not UTF-8", id="utf-16"),
+        pytest.param(b'{"input": {"a": NaN}}', "NaN is not a JSON number", id="nan"),
+        pytest.param(b'{"input": [-Infinity]}', "-Infinity is not", id="infinity"),
+        pytest.param(b'{"input": ' + b"9" * 5000 + b"}", "more than 4300 digits", id="huge-int"),
+        pytest.param(b'{"name": "a"} {}', "Extra data", id="two-documents"),
+    ],
+)
+def test_a_body_that_is_not_json_is_malformed_json_and_writes_nothing(
+    queue: TaskQueue, body: bytes, reason: str
+) -> None:
+    with client(queue, http_tokens={"t": "alice"}) as http:
+        task = http.post("/tasks", json={"name": "a"}, headers={"Authorization": "Bearer t"})
+        for path in ("/tasks", f"/tasks/{task.json()['id']}/cancel"):
+            answer = http.post(
+                path,
+                content=body,
+                headers={"Authorization": "Bearer t", "Content-Type": "application/json"},
+            )
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["type"] == "urn:queuestore:problem:malformed-json"
+            assert reason in answer.json()["detail"]
+    assert queue.store.count() == 1
+    assert queue.store.get(task.json()["id"]).status is TaskStatus.SUBMITTED
+
+
+def test_a_byte_order_mark_before_a_json_body_is_ignored(queue: TaskQueue) -> None:
+    with client(queue) as http:
+        created = http.post(
+            "/tasks",
+            content=b'\xef\xbb\xbf{"name": "a"}',
+            headers={"Content-Type": "application/json"},
+        )
+    assert created.status_code == 201, created.text
