@@ -5,7 +5,7 @@ Usage::
     uv run python bench/metrics.py [--rows N] [--writes N] [--rounds R]
 
 1. The metrics observer on the write path: ``create`` then ``cancel`` on a store
-   that counts into ``queuestore.metrics`` beside the same calls on a store
+   that counts into ``queuestore.metrics.prometheus`` beside the same calls on a store
    without it (same database, rounds interleaved, order alternating).
 2. A scrape's store queries (``status_counts`` and ``outbox_backlog``, the two
    aggregates ``StoreCollector`` runs) on a table of ``--rows`` tasks, beside one
@@ -30,7 +30,7 @@ from prometheus_client import generate_latest
 from sqlalchemy import create_engine, make_url, text
 
 from queuestore import SqlTaskStore
-from queuestore.metrics import OBSERVER, instrument, make_registry
+from queuestore.metrics.prometheus import OBSERVER, instrument, make_registry
 from queuestore.store.schema import TaskRow
 
 DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -7,11 +7,6 @@ a bare machine runs the whole flow without any server.
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import sys
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,13 +17,13 @@ from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.broker import TRANSPORT as FILESYSTEM_TRANSPORT
+from queuestore.metrics import prepare_multiprocess_dir
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
 from queuestore.store.sql import SqlTaskStore
 from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 EMBEDDED_HOME = Path(".queuestore")
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _seconds(value: Any) -> Any:
@@ -47,19 +42,6 @@ LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value),
 ]
-
-
-def _temporary_folder(prefix: str) -> str:
-    """A new folder, removed when this process exits (not when a forked child does)."""
-    folder = tempfile.mkdtemp(prefix=prefix)
-    owner = os.getpid()
-
-    def remove() -> None:
-        if os.getpid() == owner:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    atexit.register(remove)
-    return folder
 
 
 MASK = "********"
@@ -261,12 +243,9 @@ class Settings(BaseSettings):
         app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
         install_celery_logging(self.log_format, self.log_level)
         if self.metrics_port is not None:
-            if MULTIPROC_ENV not in os.environ and "prometheus_client" not in sys.modules:
-                # Prefork children count into files the main process reads; the folder
-                # must be known before prometheus_client is imported.
-                os.environ[MULTIPROC_ENV] = _temporary_folder("queuestore-metrics-")
+            prepare_multiprocess_dir()
             try:
-                from queuestore.metrics import serve_worker_metrics
+                from queuestore.metrics.prometheus import serve_worker_metrics
             except ImportError as exc:
                 raise ImportError(
                     f"metrics_port needs the metrics extra (queuestore[metrics]): {exc}"

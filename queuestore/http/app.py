@@ -180,7 +180,7 @@ def _metrics_of(queue: TaskQueue) -> ASGIApp | None:
     """The metrics app of the served store, counting its writes from the start (or None)."""
     if importlib.util.find_spec("prometheus_client") is None:
         return None
-    from queuestore.metrics import metrics_app
+    from queuestore.metrics.prometheus import metrics_app
 
     return metrics_app(queue.store, backlog_after=queue.dispatch_grace)
 

@@ -5,7 +5,7 @@ task a store in this process creates, every status it writes, every task its
 reaper recovers and every batch its janitor removes, after the write
 committed. Observers run on the writer's thread and must be cheap and must
 not raise; the store has no opinion about what they do (see
-:mod:`queuestore.metrics`).
+:mod:`queuestore.metrics.prometheus`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ops_support import Ops, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from queuestore import Settings, SqlTaskStore, TaskStatus
-from queuestore.metrics import metrics_app
+from queuestore.metrics.prometheus import metrics_app
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

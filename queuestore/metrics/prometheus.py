@@ -22,11 +22,9 @@ mounts :func:`metrics_app` at ``/metrics``.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import (
@@ -43,8 +41,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from queuestore.config import MULTIPROC_ENV
 from queuestore.errors import StoreUnavailable
+from queuestore.metrics import multiprocess_dir
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.store.observer import StoreObserver
 
@@ -166,12 +164,6 @@ class StoreCollector(Collector):
             "Live tasks never published, older than dispatch_grace (the dispatcher sweep's work).",
             value=backlog,
         )
-
-
-def multiprocess_dir() -> Path | None:
-    """The multiprocess folder from ``PROMETHEUS_MULTIPROC_DIR``, if set."""
-    value = os.environ.get(MULTIPROC_ENV)
-    return Path(value) if value else None
 
 
 def make_registry(
