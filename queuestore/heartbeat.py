@@ -11,7 +11,7 @@ import weakref
 from queuestore.errors import QueueStoreError, TaskNotFound
 from queuestore.jobs import RunSettings
 from queuestore.run import Run
-from queuestore.store.rules import Listener
+from queuestore.watch import Listener
 
 log = logging.getLogger(__name__)
 

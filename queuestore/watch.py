@@ -40,14 +40,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iter
 from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Self
+from typing import Final, Self
 
 from queuestore.errors import StoreUnavailable
-from queuestore.models import Task
+from queuestore.models import Task, TaskStatus
 from queuestore.owner import OwnerScope
-
-if TYPE_CHECKING:
-    from queuestore.store.rules import Listener
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +64,17 @@ MARK_RENEWAL: Final = 20.0
 """Seconds between two renewals of the marks of the tasks followed by id."""
 
 _OUTAGE_PAUSE: Final = 1.0
+
+StatusChange = tuple[str, TaskStatus]
+"""A task id and the status it moved to."""
+
+Listener = Callable[[float], list[StatusChange]]
+"""Blocks for at most the given seconds and returns the status changes seen meanwhile.
+
+A listener may return early with nothing, or return nothing after the full
+time on a backend without notifications: callers re-read what they watch.
+"""
+
 
 Deliver = Callable[[Task], None]
 

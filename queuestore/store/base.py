@@ -36,14 +36,12 @@ from queuestore.store.protocol import WorkerProtocol, lost_runs
 from queuestore.store.rules import (
     _PARKED,
     UNSET,
-    Listener,
     ListQuery,
     NewTask,
-    StatusChange,
     Unset,
     Write,
 )
-from queuestore.watch import Watch
+from queuestore.watch import Listener, StatusChange, Watch
 
 P = ParamSpec("P")
 T = TypeVar("T")

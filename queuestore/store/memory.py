@@ -15,12 +15,11 @@ from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
 from queuestore.store.rules import (
     UNSET,
-    Listener,
     ListQuery,
     NewTask,
-    StatusChange,
     Write,
 )
+from queuestore.watch import Listener, StatusChange
 
 
 class InMemoryTaskStore(TaskStore):

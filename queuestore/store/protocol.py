@@ -31,12 +31,11 @@ from queuestore.store.rules import (
     _PARKED,
     _PENDING_STATUSES,
     UNSET,
-    Listener,
-    StatusChange,
     StoreCore,
     Unset,
     Write,
 )
+from queuestore.watch import Listener, StatusChange
 
 
 class WorkerProtocol(StoreCore):

@@ -41,7 +41,7 @@ from queuestore.models import (
 )
 from queuestore.owner import Owner, OwnerScope
 from queuestore.store.observer import StoreObserver
-from queuestore.watch import ChangeFeed
+from queuestore.watch import ChangeFeed, Listener, StatusChange
 
 
 class _Unset(Enum):
@@ -150,17 +150,6 @@ class ListQuery:
         # JSON keeps the parts apart: filter values may contain any separator.
         parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
         return json.dumps(parts, separators=(",", ":"))
-
-
-StatusChange = tuple[str, TaskStatus]
-"""A task id and the status it moved to."""
-
-Listener = Callable[[float], "list[StatusChange]"]
-"""Blocks for at most the given seconds and returns the status changes seen meanwhile.
-
-A listener may return early with nothing, or return nothing after the full
-time on a backend without notifications: callers re-read what they watch.
-"""
 
 
 class StoreCore(ABC):

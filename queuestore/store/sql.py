@@ -54,14 +54,13 @@ from queuestore.store.loop import LoopConnections, loop_connections
 from queuestore.store.loop import run as run_on_loop
 from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import (
-    Listener,
     ListQuery,
     NewTask,
-    StatusChange,
     Write,
 )
 from queuestore.store.schema import UTCDateTime
 from queuestore.store.statements import Clock, PageShape, Prepared, WriteShape
+from queuestore.watch import Listener, StatusChange
 
 if TYPE_CHECKING:
     from sqlalchemy import URL

@@ -18,8 +18,7 @@ from sqlalchemy import text
 
 from queuestore import Artifact, SqlTaskStore, StoreUnavailable, Task, TaskStatus
 from queuestore.aio import AsyncTaskStore
-from queuestore.store.rules import Listener, StatusChange
-from queuestore.watch import Watch
+from queuestore.watch import Listener, StatusChange, Watch
 
 from .support import StoreFactory
 
