@@ -9,26 +9,15 @@ settings of its runs here.
 
 from __future__ import annotations
 
-import inspect
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from celery import Celery
 
-from queuestore.errors import InvalidTaskData
 from queuestore.store.base import TaskStore
-
-if TYPE_CHECKING:
-    from queuestore.context import TaskContext
-
-JANITOR_TASK = "queuestore.janitor"
-REAPER_TASK = "queuestore.reaper"
-DISPATCHER_TASK = "queuestore.dispatcher"
-"""The maintenance tasks a ``TaskQueue`` registers and beat runs (named here, for both sides)."""
 
 
 class RunSettings(Protocol):
@@ -44,41 +33,35 @@ class RunSettings(Protocol):
     ack_after: timedelta
 
 
-@dataclass
-class Job:
-    """A function registered as a queuestore job on a Celery app."""
+class RegisteredJob(Protocol):
+    """A job as the registry keeps it; :class:`queuestore.worker.Job` is the one kind."""
 
-    name: str
-    function: Callable[..., Any]
-    celery_task: Any = field(repr=False)
+    @property
+    def name(self) -> str:
+        """The name the job is registered and published under."""
+        ...
 
-    def __call__(self, ctx: TaskContext, *args: Any, **kwargs: Any) -> Any:
-        """Call the function directly (in tests), with a context of your own."""
-        return self.function(ctx, *args, **kwargs)
+    @property
+    def function(self) -> Callable[..., Any]:
+        """The job's body, called as ``function(ctx, **input)``."""
+        ...
 
     def check_input(self, payload: Mapping[str, Any]) -> None:
-        """Refuse input the function cannot take, before anything is written.
-
-        Raises:
-            InvalidTaskData: unknown or missing keyword arguments.
-        """
-        try:
-            inspect.signature(self.function).bind(None, **payload)
-        except TypeError as exc:
-            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
+        """Refuse input the function cannot take, before anything is written."""
+        ...
 
 
-_JOBS: weakref.WeakKeyDictionary[Celery, dict[str, Job]] = weakref.WeakKeyDictionary()
+_JOBS: weakref.WeakKeyDictionary[Celery, dict[str, RegisteredJob]] = weakref.WeakKeyDictionary()
 _SETTINGS: weakref.WeakKeyDictionary[Celery, RunSettings] = weakref.WeakKeyDictionary()
 _SETTINGS_LOCK = threading.Lock()
 
 
-def register_job(app: Celery, registered: Job) -> None:
+def register_job(app: Celery, registered: RegisteredJob) -> None:
     """Make ``registered`` the job named ``registered.name`` on ``app`` in this process."""
     _JOBS.setdefault(app, {})[registered.name] = registered
 
 
-def registered_job(app: Celery, name: str) -> Job | None:
+def registered_job(app: Celery, name: str) -> RegisteredJob | None:
     """The job registered under ``name`` on ``app`` in this process, if any."""
     return _JOBS.get(app, {}).get(name)
 

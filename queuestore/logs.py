@@ -22,13 +22,12 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from queuestore.jobs import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.maintenance import MAINTENANCE_TASKS
 
 LogFormat = Literal["text", "json"]
 
 _CURRENT: ContextVar[tuple[str, str] | None] = ContextVar("queuestore_task", default=None)
 _CONFIG: dict[str, str | None] = {"format": "text", "level": None}
-_MAINTENANCE = frozenset({JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK})
 
 
 @contextmanager
@@ -50,7 +49,7 @@ def _celery_task() -> tuple[str, str] | None:
     from celery._state import get_current_task
 
     current = get_current_task()
-    if current is None or current.request.id is None or current.name in _MAINTENANCE:
+    if current is None or current.request.id is None or current.name in MAINTENANCE_TASKS:
         return None  # the janitor, reaper and sweep run as Celery tasks but are no task's job
     return str(current.request.id), str(current.name)
 

@@ -21,14 +21,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from queuestore.consumer import follow_lease
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, StoreUnavailable
-from queuestore.jobs import (
-    DISPATCHER_TASK,
-    JANITOR_TASK,
-    REAPER_TASK,
-    bind_settings,
-    registered_job,
-)
+from queuestore.jobs import bind_settings, registered_job
 from queuestore.logs import about
+from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 from queuestore.models import Task
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore, lost_runs

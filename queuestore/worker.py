@@ -13,11 +13,12 @@ app's ``TaskQueue`` bound them.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ from queuestore.errors import (
 )
 from queuestore.heartbeat import Heartbeat
 from queuestore.interrupts import interrupts
-from queuestore.jobs import Job, RunSettings, register_job, registered_job, settings_of
+from queuestore.jobs import RunSettings, register_job, registered_job, settings_of
 from queuestore.logs import task_context
 from queuestore.models import Task, TaskError, TaskStatus
 from queuestore.run import JobCancelled, Run, riding_out_outages
@@ -51,6 +52,30 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """A function registered as a queuestore job on a Celery app."""
+
+    name: str
+    function: Callable[..., Any]
+    celery_task: Any = field(repr=False)
+
+    def __call__(self, ctx: TaskContext, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (in tests), with a context of your own."""
+        return self.function(ctx, *args, **kwargs)
+
+    def check_input(self, payload: Mapping[str, Any]) -> None:
+        """Refuse input the function cannot take, before anything is written.
+
+        Raises:
+            InvalidTaskData: unknown or missing keyword arguments.
+        """
+        try:
+            inspect.signature(self.function).bind(None, **payload)
+        except TypeError as exc:
+            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
 
 
 def job(
