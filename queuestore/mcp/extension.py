@@ -22,7 +22,8 @@ from queuestore import InvalidTransition, TaskStatus
 from queuestore.mcp import wire
 
 if TYPE_CHECKING:
-    from queuestore.mcp.service import McpTasks
+    from queuestore.mcp.core import TaskCore
+    from queuestore.mcp.handshake import HandshakeEra
 
 
 class TasksExtension(Extension):
@@ -30,8 +31,9 @@ class TasksExtension(Extension):
 
     identifier = wire.EXTENSION_ID
 
-    def __init__(self, tasks: McpTasks) -> None:
+    def __init__(self, tasks: TaskCore, handshake: HandshakeEra) -> None:
         self.tasks = tasks
+        self.handshake = handshake
 
     @property
     def _poll_ms(self) -> int:
@@ -137,7 +139,7 @@ class TasksExtension(Extension):
         """``tasks/result``: blocks until terminal; exactly the tool's ``CallToolResult``."""
         if self._era(ctx):
             raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
-        return await self.tasks.handshake.result(ctx, params.task_id)
+        return await self.handshake.result(ctx, params.task_id)
 
     async def list(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams

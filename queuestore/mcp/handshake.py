@@ -29,7 +29,7 @@ from queuestore import Task, TaskNotFound, TaskStatus, new_task_id
 from queuestore.mcp import wire
 
 if TYPE_CHECKING:
-    from queuestore.mcp.service import McpTasks
+    from queuestore.mcp.core import TaskCore
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Changes(Protocol):
 class HandshakeEra:
     """Task-augmented calls, status notifications and ``tasks/result`` for :class:`McpTasks`."""
 
-    def __init__(self, tasks: McpTasks) -> None:
+    def __init__(self, tasks: TaskCore) -> None:
         self.tasks = tasks
         self._watchers: set[asyncio.Task[None]] = set()
 
