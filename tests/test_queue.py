@@ -16,7 +16,7 @@ import pytest
 from celery import Celery
 from celery.signals import worker_process_init
 from kombu.exceptions import OperationalError
-from test_worker import Published, eventually
+from worker.test_reports import Published, eventually
 
 from queuestore import (
     BrokerUnavailable,
