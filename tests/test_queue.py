@@ -1,7 +1,7 @@
 """TaskQueue's own rules: its settings, the callers' verbs it scopes, and its beat tasks.
 
 In process on the in-memory store, with the broker replaced by a recorder (see
-tests/test_worker.py for the run side).
+tests/worker for the run side).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from celery import Celery
 from celery.signals import worker_process_init
 from kombu.exceptions import OperationalError
-from test_worker import Published, eventually
+from worker.support import Published, eventually
 
 from queuestore import (
     BrokerUnavailable,

@@ -1,7 +1,7 @@
 """The application in-process (Starlette's TestClient) on the in-memory store: principals
 from every source, the verifier settings, and how the app owns what it builds.
 
-The real-process tests are in test_api.py; these cover configuration quickly.
+The real-process tests are in test_http_api.py; these cover configuration quickly.
 """
 
 from __future__ import annotations

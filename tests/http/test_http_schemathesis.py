@@ -6,7 +6,7 @@ document states each limit the server enforces. The run is derandomized
 
 The server runs on a deployment of its own (a fresh database, a queue with no
 worker), so the generated tasks never meet the other tests' assertions. The
-event streams are left out: they stay open by design, and test_api covers them.
+event streams are left out: they stay open by design, and test_http_api covers them.
 """
 
 from __future__ import annotations

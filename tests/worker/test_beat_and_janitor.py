@@ -1,0 +1,50 @@
+"""The beat schedule a queue installs, and the janitor task it runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from celery import Celery
+
+from queuestore import TaskQueue
+from queuestore.queue import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+
+
+def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: TaskQueue) -> None:
+    queue.install_beat_schedule(
+        janitor_ttl=timedelta(hours=2),
+        janitor_interval=timedelta(seconds=30),
+        reaper_interval=timedelta(seconds=5),
+        dispatch_interval=timedelta(seconds=7),
+    )
+    schedule = app.conf.beat_schedule
+    assert set(schedule) == {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK}
+    assert schedule[JANITOR_TASK]["kwargs"] == {"ttl_seconds": 7200.0, "batch_size": 1000}
+    assert schedule[JANITOR_TASK]["options"] == {"expires": 30.0}
+    assert schedule[REAPER_TASK]["options"] == {"expires": 5.0}
+    assert schedule[DISPATCHER_TASK]["options"] == {"expires": 7.0}
+    assert {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK} <= set(app.tasks)
+
+
+def test_the_janitor_task_removes_only_expired_terminal_tasks(
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = queue.store
+    clock = [datetime.now(UTC) - timedelta(hours=2)]
+    monkeypatch.setattr(store, "_now", lambda: clock[0])
+    # Two hours old and past their own ttl: only their status keeps them.
+    live = [store.create("test.job", ttl=timedelta(0)) for _ in range(3)]
+    store.claim(live[1].id, "w1", timedelta(days=1))
+    store.claim(live[2].id, "w1", timedelta(days=1))
+    store.update(live[2].id, status="input_required", worker_id="w1")
+    clock[0] += timedelta(hours=2)
+    old = store.create("test.job", ttl=timedelta(0))
+    store.cancel(old.id)
+    kept = store.create("test.job")
+    store.cancel(kept.id)
+
+    removed = app.tasks[JANITOR_TASK](ttl_seconds=3600)
+
+    assert removed == 1
+    assert {t.id for t in store.list().tasks} == {kept.id, *(t.id for t in live)}
