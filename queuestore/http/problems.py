@@ -8,7 +8,7 @@ and anything unexpected becomes a bare 500 whose details stay in the server's lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
@@ -127,11 +127,22 @@ _STORE_ERRORS: Final[tuple[tuple[type[QueueStoreError], int, str], ...]] = (
 
 def install(app: FastAPI, *, retry_after: int) -> None:
     """Answer every error raised by ``app``'s routes with a problem."""
-    unavailable = {"Retry-After": str(retry_after)}
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(QueueStoreError, _store_error_handler(retry_after))
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)
 
-    async def on_problem(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ProblemError)
-        return problem(exc.status, exc.kind, exc.detail, headers=exc.headers, task_id=exc.task_id)
+
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return problem(exc.status, exc.kind, exc.detail, headers=exc.headers, task_id=exc.task_id)
+
+
+def _store_error_handler(
+    retry_after: int,
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    unavailable = {"Retry-After": str(retry_after)}
 
     async def on_store_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, QueueStoreError)
@@ -146,57 +157,70 @@ def install(app: FastAPI, *, retry_after: int) -> None:
         for error_type, status, kind in _STORE_ERRORS:
             if isinstance(exc, error_type):
                 return problem(status, kind, str(exc), task_id=exc.task_id)
-        return await on_unexpected(request, exc)
+        return await _on_unexpected(request, exc)
 
-    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        errors = [
-            FieldError(
-                loc=[part for part in error.get("loc", ()) if isinstance(part, str | int)],
-                msg=str(error.get("msg", "")),
-                type=str(error.get("type", "")),
-            )
-            for error in exc.errors()
-        ]
-        if any(error.loc[:1] == ["body"] for error in errors) and not _is_json(request):
-            media = request.headers.get("content-type", "none")
-            detail = f"the request body must be application/json, not {media}"
-            return problem(415, "unsupported-media-type", detail)
-        for error in exc.errors():
-            if error.get("type") == "json_invalid":
-                reason = (error.get("ctx") or {}).get("error")
-                detail = "the request body is not valid JSON" + (f": {reason}" if reason else "")
-                return problem(400, "malformed-json", detail, errors=errors)
-        # The limits stated in the schema keep the answers documented before them.
-        if any(error.loc == ["header", "idempotency-key"] for error in errors):
-            detail = "Idempotency-Key must be 1 to 255 printable characters"
-            return problem(400, "invalid-idempotency-key", detail)
-        if any(error.loc == ["path", "task_id"] for error in errors):
-            detail = "task_id: must be 1 to 64 characters of [A-Za-z0-9_-]"
-            return problem(422, "invalid-task-data", detail)
-        detail = "invalid request"
-        if errors:
-            detail = f"{'.'.join(str(part) for part in errors[0].loc)}: {errors[0].msg}"
-        return problem(422, "invalid-request", detail, errors=errors)
+    return on_store_error
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        kind = _TITLES.get(exc.status_code, "error").lower().replace(" ", "-")
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:
-            # Starlette names the methods of the first route on the path only.
-            headers["Allow"] = ", ".join(allowed_methods(request))
-        return problem(exc.status_code, kind, str(exc.detail), headers=headers)
 
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return problem(500, "internal-error", "the server failed to answer; see its log")
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        FieldError(
+            loc=[part for part in error.get("loc", ()) if isinstance(part, str | int)],
+            msg=str(error.get("msg", "")),
+            type=str(error.get("type", "")),
+        )
+        for error in exc.errors()
+    ]
+    refused = _body_problem(request, exc, errors) or _limit_problem(errors)
+    if refused is not None:
+        return refused
+    detail = "invalid request"
+    if errors:
+        detail = f"{'.'.join(str(part) for part in errors[0].loc)}: {errors[0].msg}"
+    return problem(422, "invalid-request", detail, errors=errors)
 
-    app.add_exception_handler(ProblemError, on_problem)
-    app.add_exception_handler(QueueStoreError, on_store_error)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(Exception, on_unexpected)
+
+def _body_problem(
+    request: Request, exc: RequestValidationError, errors: list[FieldError]
+) -> JSONResponse | None:
+    """A body that is not JSON: 415 when it is not declared so, 400 when it does not parse."""
+    if any(error.loc[:1] == ["body"] for error in errors) and not _is_json(request):
+        media = request.headers.get("content-type", "none")
+        detail = f"the request body must be application/json, not {media}"
+        return problem(415, "unsupported-media-type", detail)
+    for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            reason = (error.get("ctx") or {}).get("error")
+            detail = "the request body is not valid JSON" + (f": {reason}" if reason else "")
+            return problem(400, "malformed-json", detail, errors=errors)
+    return None
+
+
+def _limit_problem(errors: list[FieldError]) -> JSONResponse | None:
+    """The limits stated in the schema keep the answers documented before them."""
+    if any(error.loc == ["header", "idempotency-key"] for error in errors):
+        detail = "Idempotency-Key must be 1 to 255 printable characters"
+        return problem(400, "invalid-idempotency-key", detail)
+    if any(error.loc == ["path", "task_id"] for error in errors):
+        detail = "task_id: must be 1 to 64 characters of [A-Za-z0-9_-]"
+        return problem(422, "invalid-task-data", detail)
+    return None
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = _TITLES.get(exc.status_code, "error").lower().replace(" ", "-")
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names the methods of the first route on the path only.
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return problem(exc.status_code, kind, str(exc.detail), headers=headers)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return problem(500, "internal-error", "the server failed to answer; see its log")
 
 
 def allowed_methods(request: Request) -> list[str]:
