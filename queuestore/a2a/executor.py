@@ -35,6 +35,7 @@ from queuestore.errors import InvalidTaskData, InvalidTransition, TaskNotFound
 from queuestore.jobs import registered_job
 from queuestore.models import Task
 from queuestore.models import TaskStatus as Status
+from queuestore.watch import AsyncWatch
 
 _PARKED: Final = frozenset({Status.INPUT_REQUIRED, Status.AUTH_REQUIRED})
 
@@ -88,7 +89,6 @@ class QueuestoreAgentExecutor(AgentExecutor):
         task_id = _required(context.task_id, "task_id")
         owner = self.store.owner_resolver(context.call_context)
         previous: Task | None = None
-        missing = 0
         if context.current_task is None:
             job_input = dict(self.input_from(context))
             self._check_input(job_input)
@@ -99,31 +99,36 @@ class QueuestoreAgentExecutor(AgentExecutor):
             async with self.queue.store.watch(task_ids=[task_id]) as changes:
                 if context.current_task is None:
                     await event_queue.enqueue_event(_submitted(context, task_id))
-                current = await self._read(task_id, owner)
-                while True:
-                    if current is not None and (
-                        previous is None or current.version > previous.version
-                    ):
-                        if previous is None and current.status is Status.SUBMITTED:
-                            events = []  # the Task event said it already
-                        else:
-                            events = events_between(previous, current)
-                        for event in events:
-                            await event_queue.enqueue_event(event)
-                        previous = current
-                        if current.status in ENDS_A_STREAM:
-                            return
-                    current = await changes.get(timeout=REREAD_INTERVAL)
-                    if current is None:
-                        if _closed(event_queue):
-                            return  # the SDK stopped listening (its consumer failed)
-                        current = await self._read(task_id, owner)
-                        if current is None and previous is None:
-                            missing += 1
-                            if missing * REREAD_INTERVAL >= CREATE_TIMEOUT:
-                                raise RuntimeError(f"task {task_id} was never created")
+                await self._relay(task_id, owner, previous, changes, event_queue)
         finally:
             self.store.forget_job_request(task_id)
+
+    async def _relay(
+        self,
+        task_id: str,
+        owner: str | None,
+        previous: Task | None,
+        changes: AsyncWatch,
+        event_queue: EventQueue,
+    ) -> None:
+        """Enqueue the events of each newer version of the task until one ends the stream."""
+        current = await self._read(task_id, owner)
+        missing = 0
+        while True:
+            if current is not None and (previous is None or current.version > previous.version):
+                await _enqueue_events(event_queue, previous, current)
+                previous = current
+                if current.status in ENDS_A_STREAM:
+                    return
+            current = await changes.get(timeout=REREAD_INTERVAL)
+            if current is None:
+                if _closed(event_queue):
+                    return  # the SDK stopped listening (its consumer failed)
+                current = await self._read(task_id, owner)
+                if current is None and previous is None:
+                    missing += 1
+                    if missing * REREAD_INTERVAL >= CREATE_TIMEOUT:
+                        raise RuntimeError(f"task {task_id} was never created")
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Cancel the task in the store, revoke its job, and say CANCELED."""
@@ -184,6 +189,14 @@ def with_message(row: Task, *messages: Message) -> dict[str, Any]:
             known.add(message.message_id)
     content["history"] = history
     return {**row.metadata, convert.ENVELOPE: content}
+
+
+async def _enqueue_events(event_queue: EventQueue, previous: Task | None, current: Task) -> None:
+    """The events that take a reader from ``previous`` to ``current``."""
+    if previous is None and current.status is Status.SUBMITTED:
+        return  # the Task event said it already
+    for event in events_between(previous, current):
+        await event_queue.enqueue_event(event)
 
 
 def _submitted(context: RequestContext, task_id: str) -> A2ATask:
