@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError
+from pydantic import BaseModel, JsonValue, ValidationError
 from pydantic_core import from_json, to_json
 
+from queuestore import large_json
 from queuestore.errors import InvalidTaskData
 from queuestore.models import TASK_ID_PATTERN, Artifact, TaskError, TaskStatus
 
@@ -25,6 +26,10 @@ _READ_NESTING: Final = 3
 """How deep a read parses a document: a page's array, a task, its artifacts (or answers)."""
 MAX_NESTING: Final = _PARSER_NESTING - _READ_NESTING
 """How deep a JSON document may nest for every read to parse it (PostgreSQL reads as JSON)."""
+VALIDATOR_MAX_CONTAINERS: Final = MAX_NESTING - 1
+"""The most lists and objects a document the validator decides may hold. The parser takes
+its deepest level only when that container is empty: one below, the round trip takes
+every document whatever its deepest level holds, so both paths agree."""
 
 _MILLISECOND: Final = timedelta(milliseconds=1)
 _NUL_MESSAGE: Final = "must not contain the NUL character (PostgreSQL cannot store it)"
@@ -34,11 +39,6 @@ M = TypeVar("M", bound=BaseModel)
 NAME_PATTERN: Final = r"^[^\s\x00-\x1f\x7f]+$"
 """A job name: no whitespace or control characters."""
 _NAME = re.compile(NAME_PATTERN)
-_JSON: Final = TypeAdapter[JsonValue](JsonValue, config=ConfigDict(allow_inf_nan=False))
-"""pydantic's validator of JSON values (NaN and infinity refused), which says where a
-value is not JSON. It calls a Python function for every value it meets: :func:`json_value`
-uses it only where a document has few (and to explain a refusal).
-"""
 
 
 def task_id(value: object, field: str = "task_id") -> str:
@@ -100,22 +100,18 @@ def json_value(value: object, field: str, max_bytes: int) -> JsonValue:
     give it back equal: a tuple comes back a list, a non-string key a string,
     NaN never equals itself, and a set, bytes or an object do not encode at
     all. What comes back (JSON's own types, a fresh copy) is what is kept.
-    It nests at most :data:`MAX_NESTING` levels.
-
-    A large document of few lists and objects (:func:`_few_containers`:
-    mostly text, or a few long flat lists) is checked by pydantic's
-    ``JsonValue`` validator instead, to the same effect, since that count
-    bounds its nesting: the validator does not decode texts again, which the
-    parser does at about 1.5 ms a megabyte of non-ASCII text, and on a flat
-    list it is as fast. (It calls a Python function for each value: on a
-    document of many small objects the parser is about twice as fast.)
+    It nests at most :data:`MAX_NESTING` levels. A large document of few lists
+    and objects is decided by pydantic's validator instead, to the same effect
+    (see :mod:`queuestore.large_json`).
     """
     try:
         encoded = to_json(value)
     except ValueError as exc:  # a type JSON lacks, a lone surrogate, a cycle
         raise InvalidTaskData(f"is not JSON: {_not_json(value, exc)}", field=field) from exc
     checked = (
-        _validated(value, field) if _few_containers(encoded) else _parsed(value, encoded, field)
+        _validated(value, field)
+        if large_json.applies(encoded, VALIDATOR_MAX_CONTAINERS)
+        else _parsed(value, encoded, field)
     )
     # The encoding escapes a NUL as \u0000: only a text holding that can hold one.
     if b"\\u0000" in encoded and _holds_nul(checked):
@@ -231,25 +227,6 @@ def _holds_nul(value: JsonValue) -> bool:
 
 _WRAP_OPEN, _WRAP_CLOSE = b"[" * _READ_NESTING, b"]" * _READ_NESTING
 
-TEXT_DOCUMENT_BYTES: Final = 64 * 1024
-"""From this size up, a document of at most :data:`MAX_NESTING` lists and objects is
-checked by the ``JsonValue`` validator rather than parsed back (see :func:`json_value`)."""
-
-
-def _few_containers(encoded: bytes) -> bool:
-    """Whether a document is large and holds at most :data:`MAX_NESTING` lists and objects.
-
-    A bracket inside a text counts too: the count bounds the nesting from above.
-    """
-    if len(encoded) < TEXT_DOCUMENT_BYTES:
-        return False
-    found, start = 0, 0
-    for bracket in (b"{", b"["):  # found one by one, no further than needed: not counted
-        while (start := encoded.find(bracket, start) + 1) and found <= MAX_NESTING:
-            found += 1
-        start = 0
-    return found <= MAX_NESTING
-
 
 def _parsed(value: object, encoded: bytes, field: str) -> JsonValue:
     """``value`` parsed back from its encoding, as deep down as a read will find it."""
@@ -268,7 +245,7 @@ def _parsed(value: object, encoded: bytes, field: str) -> JsonValue:
 def _validated(value: object, field: str) -> JsonValue:
     """``value`` as pydantic's ``JsonValue`` validator gives it back."""
     try:
-        return _JSON.validate_python(value, strict=True)
+        return large_json.validate(value)
     except ValidationError as exc:
         raise InvalidTaskData(
             f"is not JSON: {_first_error(exc, json_value=True)}", field=field
@@ -278,7 +255,7 @@ def _validated(value: object, field: str) -> JsonValue:
 def _not_json(value: object, failure: ValueError | None) -> str:
     """Why ``value`` is not JSON: where the validator finds it, else why the round trip failed."""
     try:
-        _JSON.validate_python(value, strict=True)
+        large_json.validate(value)
     except ValidationError as exc:
         return _first_error(exc, json_value=True)
     except RecursionError:

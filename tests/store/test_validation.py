@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
-from queuestore.validation import MAX_NESTING, TEXT_DOCUMENT_BYTES
+from queuestore.large_json import TEXT_DOCUMENT_BYTES
+from queuestore.validation import MAX_NESTING
 
 from .support import StoreFactory, reach, snapshot
 
