@@ -1,6 +1,6 @@
 """The configuration reference, generated from :class:`~queuestore.config.Settings`.
 
-``queuestore config reference > docs/configuration.md`` writes it; a test fails
+``queuestore config reference > docs/reference/configuration.md`` writes it; a test fails
 when the committed page differs from what the settings object says today.
 """
 

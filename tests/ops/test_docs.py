@@ -16,14 +16,14 @@ from queuestore.reference import configuration_reference, effective_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-PAGES = ["getting-started", "concepts", "configuration", "operations", "http", "benchmarks"]
+PAGES = ["getting-started", "concepts", "reference/configuration", "operations", "http", "benchmarks"]
 
 
 def test_configuration_reference_is_not_stale() -> None:
-    committed = (DOCS / "configuration.md").read_text()
+    committed = (DOCS / "reference" / "configuration.md").read_text()
     assert committed == configuration_reference(), (
-        "docs/configuration.md is stale: run `uv run queuestore config reference "
-        "> docs/configuration.md`"
+        "docs/reference/configuration.md is stale: run `uv run queuestore config reference "
+        "> docs/reference/configuration.md`"
     )
 
 
@@ -35,7 +35,7 @@ def test_the_command_prints_the_same_reference() -> None:
         timeout=120,
         check=True,
     )
-    assert printed.stdout == (DOCS / "configuration.md").read_text()
+    assert printed.stdout == (DOCS / "reference" / "configuration.md").read_text()
 
 
 def test_reference_has_a_described_row_for_every_setting() -> None:
