@@ -17,7 +17,7 @@ task (medians over R rounds):
   the row) as raw psycopg prepared statements on the same table and indexes.
 
 The Celery worker's own cost (receive, ack) is not here: ``celery_lifecycle.py``
-measures it as the bare Celery run. docs/performance.md explains the figures.
+measures it as the bare Celery run. docs/explanation/cost-model.md explains the figures.
 """
 
 from __future__ import annotations

@@ -423,7 +423,7 @@ def config_show(as_json: JsonOption = False) -> None:
 
 @config.command("reference")
 def config_reference() -> None:
-    """Print the configuration reference in Markdown (docs/configuration.md)."""
+    """Print the configuration reference in Markdown (docs/reference/configuration.md)."""
     from queuestore.reference import configuration_reference
 
     sys.stdout.write(configuration_reference())

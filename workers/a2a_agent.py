@@ -11,7 +11,7 @@ Point any A2A client at the URL (the card is at ``/.well-known/agent-card.json``
 JSON-RPC at ``/``, HTTP+JSON beside it). Send ``research <topic>`` for a report
 streamed section by section, ``deploy <service>`` for a question answered by a
 second message (``yes``), anything else for an echo. The caller is named by an
-``X-User`` header -- a stand-in for real authentication; see ``docs/a2a.md``.
+``X-User`` header -- a stand-in for real authentication; see ``docs/howto/a2a-agent.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A2A on queuestore: durable, cluster-safe task stores and an executor on Celery (extra ``a2a``).
 
-See ``docs/a2a.md``. :class:`VersionedQueuestoreTaskStore` and
+See ``docs/howto/a2a-agent.md`` and ``docs/reference/a2a.md``.
+:class:`VersionedQueuestoreTaskStore` and
 :class:`QueuestoreTaskStore` keep a2a-sdk's tasks as queuestore rows (owner
 filter in the query, terminal states sticky, CANCELED keeps artifacts and
 revokes the job); :class:`QueuestoreEventStream` delivers every committed

@@ -2,7 +2,8 @@
 
     queuestore serve --port 8000
 
-or, in code, ``uvicorn`` on :func:`create_app`. See ``docs/http.md``.
+or, in code, ``uvicorn`` on :func:`create_app`. See ``docs/howto/http-server.md``
+and ``docs/reference/http-api.md``.
 """
 
 from queuestore.http.app import create_app, serve

@@ -1,6 +1,7 @@
 """MCP tasks on queuestore: a tool call becomes a durable Celery job (extra ``mcp``).
 
-See ``docs/mcp.md``. :class:`McpTasks` declares task tools and serves them on
+See ``docs/howto/mcp-task-tools.md`` and ``docs/reference/mcp.md``.
+:class:`McpTasks` declares task tools and serves them on
 the official SDK's low-level ``Server`` and on ``MCPServer``, to 2025-11-25
 clients (the ``tasks`` capability) and to 2026-07-28 clients (the tasks
 extension ``io.modelcontextprotocol/tasks``, SEP-2663).

@@ -11,7 +11,7 @@ or the worker in a terminal of its own, as in production::
     celery -A queuestore.mcp.example worker --loglevel=INFO
     python -m queuestore.mcp.example --http 8000
 
-Then point any MCP client at ``http://127.0.0.1:8000/mcp`` (see ``docs/mcp.md``).
+Then point any MCP client at ``http://127.0.0.1:8000/mcp`` (see ``docs/howto/mcp-task-tools.md``).
 The same module is the worker's app and the server's: both register the jobs.
 """
 

@@ -5,7 +5,7 @@
     node <conformance>/dist/index.js server --url http://127.0.0.1:PORT/mcp --scenario tasks-…
 
 Names and arguments are the ones ``@modelcontextprotocol/conformance`` 0.2.0-alpha.12
-sends (see docs/mcp.md, "Conformance"). Configured by ``QUEUESTORE_*`` as any worker.
+sends (see docs/reference/mcp.md, "Conformance"). Configured by ``QUEUESTORE_*`` as any worker.
 """
 
 from __future__ import annotations
