@@ -11,7 +11,7 @@ by id, on one event loop, one after another, each way:
    thread (``asyncio.to_thread``), what the async surfaces do on a store that
    was not opened on the loop;
 3. the same inside ``store.open_async()``: the sync code in a greenlet on the
-   loop's own async engine (``queuestore.store.loop``), what ``A2AServer`` and
+   loop's own async engine (``queuestore.store.sql.executor``), what ``A2AServer`` and
    the HTTP app do;
 4. the store's own compiled fetch statement (the task as one JSON text) on one
    psycopg ``AsyncConnection``, decoded with ``Task.model_validate_json``: the
@@ -38,18 +38,19 @@ from rich.console import Console
 from rich.table import Table
 
 from queuestore import SqlTaskStore, Task
-from queuestore.store import statements
+from queuestore.store.sql import queries
+from queuestore.store.sql.executor import Prepared
 
 OWNER = "alice"
 TASKS = 200
 
 
-def fetch_statement(store: SqlTaskStore) -> statements.Prepared:
+def fetch_statement(store: SqlTaskStore) -> Prepared:
     """The statement ``store.get(task_id, owner=OWNER)`` runs on PostgreSQL."""
-    return statements.Prepared(
-        statements.as_task_json(statements.fetch_task("owner")),
+    return Prepared(
+        queries.fetch_task("owner", [queries.TASK_OBJECT]),
         store.engine.dialect,
-        [statements.TASK_JSON],
+        [queries.TASK_JSON],
     )
 
 

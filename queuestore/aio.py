@@ -4,7 +4,7 @@ Each call runs the one sync implementation off the event loop, so the two forms
 cannot drift apart and the loop never blocks on the database or the broker: in
 a worker thread, or, for the store's verbs inside the store's ``open_async``
 block on PostgreSQL, in a greenlet on the loop's own async connections (see
-:mod:`queuestore.store.loop`). ``wait`` and the queue's verbs, which block on
+:mod:`queuestore.store.sql.executor`). ``wait`` and the queue's verbs, which block on
 notifications or the broker, keep the thread.
 """
 

@@ -166,7 +166,7 @@ def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
 @db.command("downgrade")
 def db_downgrade(revision: str, url: UrlOption = None) -> None:
     """Migrate the schema down to REVISION (``base`` drops everything)."""
-    from queuestore.migrations import downgrade
+    from queuestore.store.sql.migrations import downgrade
 
     with _reporting():
         store = _store(url)
@@ -180,7 +180,7 @@ def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
     """Print the schema revision the database is at."""
     from alembic.migration import MigrationContext
 
-    from queuestore.migrations import VERSION_TABLE
+    from queuestore.store.sql.migrations import VERSION_TABLE
 
     with _reporting():
         store = _store(url)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from queuestore import Settings, SqlTaskStore
 from queuestore.cli import app
-from queuestore.migrations import head
+from queuestore.store.sql.migrations import head
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, 
 from queuestore.models import TERMINAL, TRANSITIONS, Artifact, Task, TaskStatus
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
-from queuestore.store.loop import blocking
+from queuestore.store.sql import blocking
 
 log = logging.getLogger(__name__)
 

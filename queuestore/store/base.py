@@ -429,7 +429,7 @@ class TaskStore(WorkerProtocol):
         Outside this block :meth:`run_async` runs the sync code in a worker
         thread. Inside it, on the loop that opened it, a store whose database
         has an async driver runs it on the loop instead (:class:`SqlTaskStore`
-        on PostgreSQL, see :mod:`queuestore.store.loop`): no thread hop. Open it
+        on PostgreSQL, see :mod:`queuestore.store.sql.executor`): no thread hop. Open it
         where the loop lives as long as the server, in its lifespan
         (``A2AServer`` and the HTTP app do); blocks may nest, and blocks on one
         loop share one pool. Other stores and other loops keep the thread.
@@ -452,7 +452,7 @@ class TaskStore(WorkerProtocol):
 
         In a worker thread, or on the loop's own connections inside
         :meth:`open_async`. ``call`` may do anything the store's verbs do; what
-        else it blocks on goes through :func:`queuestore.store.loop.blocking`.
+        else it blocks on goes through :func:`queuestore.store.sql.blocking`.
         """
         return await asyncio.to_thread(call, *args, **kwargs)
 

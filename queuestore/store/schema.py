@@ -1,6 +1,6 @@
 """The ``queuestore_tasks`` and ``queuestore_watches`` tables, as typed SQLAlchemy 2 mappings.
 
-The Alembic migrations in ``queuestore/migrations`` build exactly this schema;
+The Alembic migrations in ``queuestore/store/sql/migrations`` build exactly this schema;
 a test compares the two on SQLite and PostgreSQL.
 """
 

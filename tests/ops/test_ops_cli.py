@@ -14,7 +14,7 @@ import pytest
 from ops_support import Ops, queuestore_command, wait_for
 
 from queuestore import TaskStatus
-from queuestore.migrations import head
+from queuestore.store.sql.migrations import head
 
 
 def _lines(text: str) -> list[str]:

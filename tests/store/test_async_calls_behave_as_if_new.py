@@ -1,6 +1,6 @@
 """The greenlets ``open_async`` runs the sync verbs in: kept and reused, each call as if new.
 
-``queuestore.store.loop.run`` keeps finished greenlets for the next calls
+``queuestore.store.sql.executor.run`` keeps finished greenlets for the next calls
 instead of making one per call; these tests hold it to what a fresh greenlet
 per call (SQLAlchemy's ``greenlet_spawn``) gives: the caller's context, its
 exceptions both ways, cancellation, and calls that interleave.
@@ -17,7 +17,7 @@ import pytest
 from greenlet import getcurrent
 from sqlalchemy.util import await_only
 
-from queuestore.store import loop
+from queuestore.store.sql import executor as loop
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import URL, text
 
 from queuestore import SqlTaskStore
-from queuestore.store import loop
-from queuestore.store.sql import _loop_engine
+from queuestore.store.sql import executor as loop
+from queuestore.store.sql.engine import loop_engine as _loop_engine
 
 pytestmark = pytest.mark.postgres
 
@@ -105,7 +105,7 @@ def test_kept_connections_are_dropped_with_the_dead_one(pg_url: URL, shared: Any
             async with store.open_async(max_connections=4):
                 # Two connections kept: the loop had two calls in flight at once.
                 await asyncio.gather(*(store.run_async(store.get, task.id) for _ in range(2)))
-                (connections,) = store._loops.values()
+                (connections,) = store._executor._loops.values()
                 kept = len(connections._idle)
                 assert await asyncio.to_thread(shared.terminate_connections, pg_url.database) >= 1
                 read = await store.run_async(store.get, task.id)  # tried again, on a new one

@@ -21,7 +21,7 @@ from queuestore import (
     TaskStore,
 )
 from queuestore.aio import AsyncTaskStore
-from queuestore.store.loop import blocking
+from queuestore.store.sql import blocking
 
 from .support import CLOSED_PORT_URL
 
@@ -116,7 +116,7 @@ def refuse_sync_statements(store: SqlTaskStore, monkeypatch: pytest.MonkeyPatch)
         def connect(self) -> Any:
             raise AssertionError("a statement went through the sync pool")
 
-    monkeypatch.setattr(store, "_statements", Refusing())
+    monkeypatch.setattr(store._executor, "_statements", Refusing())
 
 
 @pytest.mark.parametrize("backend", POSTGRES)
@@ -152,13 +152,13 @@ def test_blocking_calls_leave_the_loop_and_take_the_sync_way(
     loop_thread = threading.get_ident()
     ran_on: list[int] = []
     sync_checkouts: list[int] = []
-    connect = store._statements.connect
+    connect = store._executor._statements.connect
 
     def counted_connect() -> Any:
         sync_checkouts.append(threading.get_ident())
         return connect()
 
-    monkeypatch.setattr(store._statements, "connect", counted_connect)
+    monkeypatch.setattr(store._executor._statements, "connect", counted_connect)
 
     def publish(task_id: str) -> str:  # a broker call, say, that also reads the store
         ran_on.append(threading.get_ident())
@@ -203,15 +203,15 @@ def test_blocks_on_one_loop_share_an_engine_and_other_loops_keep_the_thread(
 
     async def run() -> None:
         async with store.open_async():
-            (outer,) = store._loops.values()
+            (outer,) = store._executor._loops.values()
             async with store.open_async(max_connections=1):
-                assert list(store._loops.values()) == [outer]
-            assert list(store._loops.values()) == [outer]  # the inner block left it open
+                assert list(store._executor._loops.values()) == [outer]
+            assert list(store._executor._loops.values()) == [outer]  # the inner block left it open
             assert (await store.run_async(store.get, task.id)).id == task.id
             reader = threading.Thread(target=read_from_another_loop)
             reader.start()
             await asyncio.to_thread(reader.join)
-        assert store._loops == {}
+        assert store._executor._loops == {}
 
     asyncio.run(run())
 

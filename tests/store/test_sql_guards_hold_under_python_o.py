@@ -6,7 +6,8 @@ import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
 from queuestore import TaskStatus
-from queuestore.store import statements
+from queuestore.store.sql import executor
+from queuestore.store.sql import queries as statements
 
 
 def test_a_constant_text_holding_a_quote_is_refused() -> None:
@@ -20,7 +21,7 @@ def test_a_constant_text_is_written_into_the_sql() -> None:
 
 
 def test_a_row_of_another_width_than_the_columns_is_refused() -> None:
-    prepared = statements.Prepared(statements.fetch_task("any"), sqlite.dialect())
+    prepared = executor.Prepared(statements.fetch_task("any"), sqlite.dialect())
     width = len(statements.COLUMNS)
     for wrong in (width - 1, width + 1):
         with pytest.raises(ValueError, match=f"a row of {wrong} values"):
@@ -47,7 +48,7 @@ def test_the_notifications_a_write_returns_after_its_columns_are_dropped() -> No
     )
     clock = statements.Clock(database_clock=True)
     statement = statements.write_task(announcing, clock)
-    prepared = statements.Prepared(statement, postgresql.dialect())
+    prepared = executor.Prepared(statement, postgresql.dialect())
     width = len(statements.COLUMNS)
     row = (None,) * width + ("", "")  # the columns, then two pg_notify results
     (decoded,) = prepared.decoded([row])

@@ -14,9 +14,10 @@ import pytest
 
 from queuestore import Artifact, Task, TaskConflict, TaskError, TaskStatus, TaskStore
 from queuestore.owner import OwnerScope
-from queuestore.store import statements
 from queuestore.store.rules import Write
-from queuestore.store.statements import WriteShape
+from queuestore.store.sql import codec
+from queuestore.store.sql import queries as statements
+from queuestore.store.sql.queries import WriteShape
 
 ODD = {"zeta": 1, "alpha": {"é": [1.5, -0.0, 2**64, 1e300, None]}, "": "\u2603"}
 """Values PostgreSQL's jsonb rewrites: key order, a float written as a 301-digit integer."""
@@ -79,13 +80,13 @@ def test_a_document_sent_from_a_known_copy_is_what_a_read_gets_back(store: TaskS
         ({"big": [-1e16]}, False),
         ({"below": [9999999999999998.0, -9999999999999998.0]}, True),
         ({"text": "1e+300"}, True),
-        ([[0]] * statements.STORED_AS_SENT_VALUES, False),  # too many values to look through
+        ([[0]] * codec.STORED_AS_SENT_VALUES, False),  # too many values to look through
     ],
 )
 def test_a_document_is_taken_as_sent_only_when_a_read_gives_it_back_equal(
     document: object, as_sent: bool
 ) -> None:
-    assert statements.stored_as_sent(document) is as_sent
+    assert codec.stored_as_sent(document) is as_sent
 
 
 def test_a_failure_written_from_a_known_copy_carries_its_typed_error(store: TaskStore) -> None:

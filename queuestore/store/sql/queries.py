@@ -1,50 +1,69 @@
-"""The SQL of the hot store operations, built once per dialect and named.
+"""The statement catalogue: every SQL statement of the store, each named once here.
 
-SQLAlchemy builds and compiles each statement and lends its type processors;
-:class:`Prepared` then runs the compiled text straight on the driver's cursor.
-That skips SQLAlchemy's result machinery, whose per-call read of
-``cursor.description`` costs psycopg more than the query itself on a 22-column
-row, while keeping one definition of the SQL for SQLite and PostgreSQL.
+One function (or constant) per statement, each with what it does, for SQLite
+and PostgreSQL alike where they share it. :class:`~queuestore.store.sql.store.SqlTaskStore`
+says which to run with which parameters; :mod:`~queuestore.store.sql.executor`
+compiles and runs them; :mod:`~queuestore.store.sql.codec` decodes their rows.
+
+The table and what a statement returns: :data:`TABLE`, :data:`COLUMNS`,
+:data:`INSERTED`, :data:`TASK_OBJECT`, :data:`PAGE_JSON`.
+
+The statements:
+
+- :func:`insert_task`: a new task, in ``submitted``.
+- :func:`fetch_task`: one task by id, within an owner scope.
+- :func:`write_task`: every status write and change of a live task, one
+  compare-and-set ``UPDATE ... RETURNING``; its shape is a :class:`WriteShape`.
+- :func:`extend_lease`: a heartbeat's renewal of a run's lease.
+- :func:`delete_task`: one task by id, within an owner scope.
+- :func:`page_tasks`, :func:`page_tasks_json`: a page of a listing, newest first.
+- :func:`count_tasks`: how many tasks a listing's filters match.
+- :func:`changed_since`: the change feed's read of what changed since a time.
+- :data:`WATCH_TASKS`: marks tasks as watched, so that their writes are announced.
+- :func:`delete_expired_postgres`, :func:`delete_expired`: the janitor's batch.
+- :func:`expired_leases`: the reaper's runs whose lease ran out.
+- :func:`undispatched`: the dispatcher's tasks whose job was not published.
+- :func:`mark_dispatched`: the dispatch marks of published jobs.
+- :func:`count_undispatched`, :data:`COUNT_BY_STATUS`: the metrics' counts.
+- :data:`CLOCK`: the database's clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from sqlalchemy import (
-    JSON,
     ColumnElement,
-    Connection,
-    Dialect,
     Integer,
     Interval,
     Table,
     Text,
+    and_,
     bindparam,
     case,
     delete,
     func,
     insert,
     literal_column,
+    or_,
     select,
     text,
     tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import aggregate_order_by
-from sqlalchemy.sql import ClauseElement, Select, TextClause
-from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql import ClauseElement, Delete, Select, TextClause, Update
 
-from queuestore.models import TaskStatus
+from queuestore.models import TERMINAL, TaskStatus
 from queuestore.owner import OwnerScope
-from queuestore.store.rules import UNSET, Write
+from queuestore.store.rules import UNSET, ListQuery, Write
 from queuestore.store.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
-    from psycopg import AsyncCursor
+    pass
 
 TABLE = cast(Table, TaskRow.__table__)
 C = TABLE.c
@@ -88,92 +107,6 @@ STOP_CHANNEL = "queuestore_stops"
 Workers listen here rather than on :data:`NOTIFY_CHANNEL`, so that no worker
 wakes for another's completions.
 """
-
-
-class Prepared:
-    """One statement compiled for one dialect, run on the driver's own cursor.
-
-    A row holds ``columns``, then the NOTIFYs the statement sends in its
-    ``RETURNING`` (``pg_notify`` returns nothing worth decoding), which are dropped.
-    """
-
-    def __init__(
-        self,
-        statement: ClauseElement,
-        dialect: Dialect,
-        columns: Sequence[ColumnElement[Any]] = COLUMNS,
-    ) -> None:
-        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
-        self.sql = compiled.string
-        self._defaults: dict[str, Any] = {
-            name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
-        }
-        self._order = compiled.positiontup
-        binds = {
-            name: bind.type.dialect_impl(dialect).bind_processor(dialect)
-            for name, bind in compiled.binds.items()
-        }
-        self._bind = {name: process for name, process in binds.items() if process is not None}
-        self._result = [(str(column.key), _result_processor(column, dialect)) for column in columns]
-        returned = getattr(statement, "exported_columns", None)
-        self._width = len(columns) if returned is None else max(len(returned), len(columns))
-
-    def first(self, connection: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Run with ``params`` and return the first row as ``{column: value}``, or None."""
-        rows = self.all(connection, params)
-        return rows[0] if rows else None
-
-    def arguments(self, params: Mapping[str, Any]) -> Any:
-        """The driver's arguments for :attr:`sql`: defaults filled in, values bound."""
-        values = {**self._defaults, **params}
-        for name, process in self._bind.items():
-            values[name] = process(values[name])
-        return values if self._order is None else [values[n] for n in self._order]
-
-    def all(self, connection: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Run with ``params`` and return every row as ``{column: value}``."""
-        dbapi_connection = connection.connection.dbapi_connection
-        assert dbapi_connection is not None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(self.sql, self.arguments(params))
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
-        return self.decoded(rows)
-
-    async def all_async(
-        self, cursor: AsyncCursor[Any], params: Mapping[str, Any]
-    ) -> list[dict[str, Any]]:
-        """:meth:`all` on a cursor of psycopg's async connection (PostgreSQL only)."""
-        await cursor.execute(self.sql, self.arguments(params))
-        return self.decoded(await cursor.fetchall())
-
-    def decoded(self, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-        """The driver's rows as ``{column: value}``, JSON and timestamps converted.
-
-        Raises:
-            ValueError: a row is not as wide as the statement's ``RETURNING``.
-        """
-        width, decoded = self._width, len(self._result)
-        for row in rows:
-            if len(row) != width:
-                raise ValueError(f"a row of {len(row)} values for a statement returning {width}")
-        return [
-            {
-                key: value if process is None else process(value)
-                for (key, process), value in zip(self._result, row[:decoded], strict=True)
-            }
-            for row in rows
-        ]
-
-
-def _result_processor(column: ColumnElement[Any], dialect: Dialect) -> Any:
-    """SQLAlchemy's conversion of a JSON or timestamp value; the driver's own elsewhere."""
-    impl = column.type.dialect_impl(dialect)
-    if isinstance(impl, JSON | UTCDateTime):
-        return impl.result_processor(dialect, None)
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +194,7 @@ INSERTED: Sequence[ColumnElement[Any]] = [C.created_at, C.input, C["metadata"]]
 The rest of the new row is what the parameters say. The documents come back
 because the database may rewrite them (PostgreSQL's ``jsonb`` reorders keys and
 writes ``1e300`` as an integer). Building the whole row as one JSON object, as
-the other statements return it, cost the server about 40 µs more an insert.
+the other statements return it, costs the server more than these three.
 """
 
 
@@ -382,8 +315,7 @@ parsed by ``json.loads``, then validating a ``Task`` from them costs more client
 CPU than the statement; pydantic-core parses one JSON text into a ``Task`` for a
 fraction of it (as :func:`page_tasks_json` does for pages). It is built in the
 statement's own ``RETURNING`` or select list: wrapping the statement in a CTE
-to build it outside cost the server about 17 µs more a write (``EXPLAIN
-ANALYZE``, median of 200).
+to build it outside costs the server more a write.
 """
 
 
@@ -582,41 +514,6 @@ def written_columns(shape: WriteShape, sent: Collection[str] = ()) -> list[Colum
     return [column for column in COLUMNS if column.key in written]
 
 
-DOCUMENTS = frozenset(str(column.key) for column in COLUMNS if isinstance(column.type, JSON))
-"""The columns that hold a JSON document."""
-
-EXPONENT_FLOATS: Final = 1e16
-"""From here up, a float is encoded with an exponent (``1e+16``): by ``json.dumps`` and by
-pydantic-core's encoder alike, whichever the engine hands its driver."""
-
-STORED_AS_SENT_VALUES: Final = 1000
-"""How many values :func:`stored_as_sent` looks at before it lets a read decide."""
-
-
-def stored_as_sent(document: Any) -> bool:
-    """Whether a read gives ``document`` (a validated JSON value) back equal to itself.
-
-    ``jsonb`` keeps a number's digits, not its float: a float the driver writes
-    with an exponent (:data:`EXPONENT_FLOATS` and up) comes back as the integer
-    it spells, no longer equal to the float. Every other value comes back equal
-    (``-0.0`` as ``0.0``, an object's keys in ``jsonb``'s order, which equality
-    ignores). SQLite's JSON is the text as written. A document of more than
-    :data:`STORED_AS_SENT_VALUES` values is not looked through: it is read back.
-    """
-    pending = [document]
-    for _ in range(STORED_AS_SENT_VALUES):
-        if not pending:
-            return True
-        value = pending.pop()
-        if isinstance(value, dict):
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-        elif isinstance(value, float) and abs(value) >= EXPONENT_FLOATS:
-            return False
-    return not pending
-
-
 def write_task(
     shape: WriteShape, clock: Clock, returning: Sequence[ColumnElement[Any]] = COLUMNS
 ) -> ClauseElement:
@@ -727,3 +624,111 @@ backlog. The rows are deleted by ``ctid``: exactly the ones this statement locke
 def delete_expired_postgres(*, explicit_now: bool) -> TextClause:
     """:data:`DELETE_EXPIRED_POSTGRES` on the database clock, or on ``:now``."""
     return text(DELETE_EXPIRED_POSTGRES.replace("{clock}", ":now" if explicit_now else "now()"))
+
+
+TERMINAL_VALUES: Final = sorted(status.value for status in TERMINAL)
+"""The terminal statuses as the ``status`` column holds them."""
+
+ANNOUNCED: Final = TERMINAL | {TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED}
+"""Statuses a write announces on :data:`NOTIFY_CHANNEL`: the ones ``wait`` and cancels need.
+
+A NOTIFY makes its commit dearer, so the frequent changes (a claim) stay quiet.
+"""
+
+MARK_BATCH: Final = 500
+"""Dispatch marks per :func:`mark_dispatched` statement, which keeps its parameters few."""
+
+
+def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, Any]]:
+    """The statement shape of a listing's filters, and their parameters."""
+    shape = PageShape(
+        scope=scope_kind(query.scope),
+        statuses=query.statuses,
+        context_id=query.context_id is not None,
+        name=query.name is not None,
+        updated_after=query.updated_after is not None,
+        after=after,
+    )
+    params: dict[str, Any] = {
+        "owner": query.scope.owner,
+        "context_id": query.context_id,
+        "name": query.name,
+        "updated_after": query.updated_after,
+    }
+    return shape, params
+
+
+def delete_expired(
+    now: ColumnElement[datetime], finished_before: ColumnElement[datetime], batch_size: int
+) -> Delete:
+    """The janitor's batch on SQLite: delete up to ``batch_size`` terminal tasks past their expiry.
+
+    A task with an ``expires_at`` expires then; one without, when it finished
+    before ``finished_before`` (now less the janitor's TTL).
+    """
+    expired = and_(
+        C.status.in_(TERMINAL_VALUES),
+        or_(
+            and_(C.expires_at.is_not(None), C.expires_at <= now),
+            and_(
+                C.expires_at.is_(None), C.finished_at.is_not(None), C.finished_at <= finished_before
+            ),
+        ),
+    )
+    return delete(TABLE).where(C.id.in_(select(C.id).where(expired).limit(batch_size)))
+
+
+def expired_leases(now: ColumnElement[datetime], limit: int) -> Select[Any]:
+    """The reaper's read: working tasks whose lease ran out before ``now``, oldest first."""
+    return (
+        select(*COLUMNS)
+        .where(
+            C.lease_expires_at.is_not(None),
+            C.lease_expires_at < now,
+            C.status == TaskStatus.WORKING.value,
+        )
+        .order_by(C.lease_expires_at)
+        .limit(limit)
+    )
+
+
+def undispatched(
+    updated_before: ColumnElement[datetime],
+    dispatched_before: ColumnElement[datetime] | None,
+    limit: int,
+) -> Select[Any]:
+    """The dispatcher's read: unclaimed jobs never marked dispatched since ``updated_before``.
+
+    With ``dispatched_before``, also those marked before it (their publish may be lost).
+    """
+    due = and_(C.dispatched_at.is_(None), C.updated_at <= updated_before)
+    if dispatched_before is not None:
+        due = or_(due, C.dispatched_at <= dispatched_before)
+    return (
+        select(*COLUMNS)
+        .where(
+            C.job,
+            C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
+            C.worker_id.is_(None),
+            due,
+        )
+        .order_by(C.updated_at)
+        .limit(limit)
+    )
+
+
+def mark_dispatched(
+    marks: Sequence[tuple[str, int | None]], now: ColumnElement[datetime]
+) -> Update:
+    """Mark the tasks' jobs dispatched at ``now``: by id and version, or by id alone (None).
+
+    At most :data:`MARK_BATCH` marks a statement.
+    """
+    versioned = [(task_id, version) for task_id, version in marks if version is not None]
+    plain = [task_id for task_id, version in marks if version is None]
+    which = []
+    if versioned:
+        which.append(tuple_(C.id, C.version).in_(versioned))
+    if plain:
+        which.append(C.id.in_(plain))
+    return update(TABLE).where(or_(*which)).values(dispatched_at=now)

@@ -1,0 +1,418 @@
+"""The SQL store: SQLite (the embedded default) and PostgreSQL through psycopg 3.
+
+Every status write is one ``UPDATE ... WHERE id = :id AND status IN (...)
+RETURNING ...`` statement: compare-and-set in the database, never
+read-modify-write in Python. Timestamps come from PostgreSQL's clock; an
+embedded SQLite file has one process's clock at a time.
+
+:class:`SqlTaskStore` says which statement of the catalogue
+(:mod:`~queuestore.store.sql.queries`) each primitive runs, with which
+parameters; :mod:`~queuestore.store.sql.executor` runs it and
+:mod:`~queuestore.store.sql.codec` turns its rows into tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy import ColumnElement, Engine, Interval, func, literal
+from sqlalchemy.sql import ClauseElement, Select
+
+from queuestore.cursor import CursorKey
+from queuestore.errors import StoreUnavailable, TaskConflict
+from queuestore.models import Task, TaskStatus
+from queuestore.owner import OwnerScope
+from queuestore.store.base import TaskStore
+from queuestore.store.protocol import stops_a_run
+from queuestore.store.rules import ListQuery, NewTask, Write
+from queuestore.store.schema import UTCDateTime
+from queuestore.store.sql import codec, queries
+from queuestore.store.sql.engine import make_engine
+from queuestore.store.sql.executor import Executor
+from queuestore.store.sql.queries import WriteShape
+from queuestore.watch import Listener, StatusChange
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = queries.NOTIFY_CHANNEL
+STOP_CHANNEL = queries.STOP_CHANNEL
+
+
+class SqlTaskStore(TaskStore):
+    """Tasks in one SQL table, ``queuestore_tasks``, on SQLite or PostgreSQL.
+
+    Args:
+        engine: an SQLAlchemy engine, or a URL to build one with :func:`make_engine`.
+        **options: as for :class:`~queuestore.store.base.TaskStore`.
+
+    Call :meth:`migrate` (or ``queuestore db upgrade``) once to create the schema.
+    """
+
+    def __init__(self, engine: Engine | str, **options: Any) -> None:
+        super().__init__(**options)
+        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+        dialect = self.engine.dialect.name
+        if dialect not in ("postgresql", "sqlite"):
+            raise ValueError(f"SqlTaskStore supports postgresql and sqlite, not {dialect}")
+        self._postgres = dialect == "postgresql"
+        self._owns_engine = isinstance(engine, str)
+        # Every operation is a single statement, atomic on its own: it runs in
+        # autocommit, which saves the BEGIN and COMMIT round trips.
+        self._executor = Executor(self.engine)
+        self._clock_sql = queries.Clock(database_clock=self._postgres)
+
+    def __repr__(self) -> str:
+        return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema up to ``revision`` with the migrations shipped in the package."""
+        from queuestore.store.sql.migrations import upgrade
+
+        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
+        transactional = self.engine.execution_options(isolation_level=level)
+        with self._executor.guard(), transactional.begin() as connection:
+            upgrade(connection, revision)
+
+    def after_fork(self) -> None:
+        """Forget the parent's pooled connections without closing them under its feet.
+
+        See :meth:`Executor.after_fork <queuestore.store.sql.executor.Executor.after_fork>`.
+        """
+        self._executor.after_fork()
+
+    def close(self) -> None:
+        """Dispose of the engine's pool if the store created the engine."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    @asynccontextmanager
+    async def open_async(
+        self, *, max_connections: int = 4, timeout: float = 5.0
+    ) -> AsyncIterator[None]:
+        """On PostgreSQL, run the loop's :meth:`run_async` calls on its own connections.
+
+        See :meth:`TaskStore.open_async`. The loop's engine is an async engine
+        (psycopg's async driver) on the store engine's URL; on SQLite the calls
+        keep their thread.
+        """
+        async with super().open_async(max_connections=max_connections, timeout=timeout):
+            if not self._postgres:
+                yield
+                return
+            async with self._executor.on_loop(max_connections=max_connections, timeout=timeout):
+                yield
+
+    async def run_async(self, call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """See :meth:`TaskStore.run_async`."""
+        opened = self._executor.opened_here()
+        if opened is None:
+            return await super().run_async(call, *args, **kwargs)
+        return await self._executor.run_on_loop(opened, call, *args, **kwargs)
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _clock(self, now: datetime | None = None) -> ColumnElement[datetime]:
+        """Now, from the database's clock where it has one."""
+        if now is None and self._postgres:
+            return func.now().cast(UTCDateTime)
+        return literal(now or datetime.now(UTC), UTCDateTime)
+
+    def _earlier(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
+        if self._postgres:
+            return (clock - literal(delta, Interval())).cast(UTCDateTime)
+        return literal(_value_of(clock) - delta, UTCDateTime)
+
+    def _clock_params(self, lease: timedelta | None = None) -> dict[str, Any]:
+        """What a statement on the clock needs: ``now`` on SQLite, and the lease's length."""
+        return self._clock_sql.params() if lease is None else self._clock_sql.params(lease=lease)
+
+    def _run(
+        self,
+        key: object,
+        build: Callable[[Sequence[ColumnElement[Any]]], ClauseElement],
+        params: dict[str, Any],
+        *,
+        read: bool = False,
+        lease: timedelta | None = None,
+    ) -> Task | None:
+        """Run a prepared single-row statement and return the task it returns.
+
+        ``build(returning)`` makes the statement return the task as ``returning``:
+        the row's columns, or on PostgreSQL the row as one JSON object.
+        """
+        params |= self._clock_params(lease)
+        if self._postgres:
+            prepared = self._executor.prepare(
+                ("json", key),
+                lambda: build([queries.TASK_OBJECT]),
+                columns=[queries.TASK_JSON],
+            )
+            rows = self._executor.rows(prepared, params, read=read)
+            return codec.task_from_json(rows[0]["task"]) if rows else None
+        prepared = self._executor.prepare(key, lambda: build(queries.COLUMNS))
+        rows = self._executor.rows(prepared, params, read=read)
+        return codec.task_from_columns(rows[0]) if rows else None
+
+    def _rows(self, statement: Select[Any]) -> list[Task]:
+        """The tasks a statement built per call (off the hot path) selects, as columns."""
+        with self._executor.connection() as connection:
+            rows = connection.execute(statement).mappings()
+            return [codec.task_from_columns(dict(row)) for row in rows]
+
+    # -- primitives ---------------------------------------------------------
+
+    def _insert(self, new: NewTask) -> Task:
+        params = {
+            "id": new.id,
+            "name": new.name,
+            "input": new.input,
+            "owner": new.owner,
+            "context_id": new.context_id,
+            "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
+            "metadata": new.metadata,
+            "job": new.job,
+        }
+        params |= self._clock_params()
+        prepared = self._executor.prepare(
+            "insert", lambda: queries.insert_task(self._clock_sql), queries.INSERTED
+        )
+        dbapi = self.engine.dialect.loaded_dbapi
+        try:
+            rows = self._executor.rows(prepared, params, read=False)
+        except dbapi.IntegrityError as exc:
+            raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id) from exc
+        (row,) = rows
+        kept = replace(new, input=row["input"], metadata=row["metadata"])
+        return kept.stamped(row["created_at"])
+
+    def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
+        kind = queries.scope_kind(scope)
+        params = {"task_id": task_id, "owner": scope.owner}
+        build = functools.partial(queries.fetch_task, kind)
+        return self._run(("fetch", kind), build, params, read=True)
+
+    def _write(self, task_id: str, write: Write) -> Task | None:
+        shape = WriteShape.of(
+            write,
+            announce=self._postgres and write.status in queries.ANNOUNCED,
+            stops=self._postgres and stops_a_run(write),
+            watched=self._postgres,
+        )
+        params = shape.params(task_id, write)
+        for name in shape.columns:
+            params[f"v_{name}"] = codec.column_value(params[f"v_{name}"])
+        lease = None if write.claim is None else write.claim[1]
+        if write.base is not None:
+            return self._write_known(write, shape, params, lease)
+        build = functools.partial(queries.write_task, shape, self._clock_sql)
+        return self._run(shape, build, params, lease=lease)
+
+    def _write_known(
+        self, write: Write, shape: WriteShape, params: dict[str, Any], lease: timedelta | None
+    ) -> Task | None:
+        """A write to a row the caller holds: only what the database decides is read back.
+
+        What the write sends is not read back either: the status it sets, a text
+        or a number, and a document a read would give back equal
+        (:func:`codec.stored_as_sent`). The cost model in the docs has why.
+        """
+        assert write.base is not None
+        sent: dict[str, Any] = {
+            name: write.values[name]
+            for name in shape.columns
+            if name not in codec.DOCUMENTS or codec.stored_as_sent(params[f"v_{name}"])
+        }
+        if shape.status is not None:
+            sent["status"] = shape.status
+        key = ("written", shape, tuple(sent))
+        prepared = self._executor.cached(key)
+        if prepared is None:
+            columns = queries.written_columns(shape, sent)
+            prepared = self._executor.prepare(
+                key, lambda: queries.write_task(shape, self._clock_sql, columns), columns
+            )
+        params |= self._clock_params(lease)
+        rows = self._executor.rows(prepared, params, read=False)
+        return codec.task_after_write(write.base, rows[0], sent) if rows else None
+
+    def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
+        shape, params = queries.page_shape(query, after=after is not None)
+        params["limit"] = limit
+        if after is not None:
+            params |= {"after_created_at": after.created_at, "after_id": after.task_id}
+        if self._postgres:
+            prepared = self._executor.prepare(
+                ("json", shape),
+                lambda: queries.page_tasks_json(shape),
+                columns=[queries.PAGE_JSON],
+            )
+            (row,) = self._executor.rows(prepared, params, read=True)
+            return codec.page_from_json(row["page"])
+        prepared = self._executor.prepare(shape, lambda: queries.page_tasks(shape))
+        return [
+            codec.task_from_columns(row) for row in self._executor.rows(prepared, params, read=True)
+        ]
+
+    def _count(self, query: ListQuery) -> int:
+        shape, params = queries.page_shape(query, after=False)
+        prepared = self._executor.prepare(
+            ("count", shape), lambda: queries.count_tasks(shape), [queries.COUNT]
+        )
+        (row,) = self._executor.rows(prepared, params, read=True)
+        return int(row["count"])
+
+    def _delete(self, task_id: str, scope: OwnerScope) -> None:
+        kind = queries.scope_kind(scope)
+        prepared = self._executor.prepare(
+            ("delete", kind), lambda: queries.delete_task(kind), [queries.C.id]
+        )
+        self._executor.rows(prepared, {"task_id": task_id, "owner": scope.owner}, read=False)
+
+    def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
+        if self._postgres:
+            statement = queries.delete_expired_postgres(explicit_now=now is not None)
+            params = {
+                "now": now,
+                "ttl": ttl,
+                "batch": batch_size,
+                "terminal": queries.TERMINAL_VALUES,
+            }
+            with self._executor.connection() as connection:
+                return connection.execute(statement, params).rowcount
+        clock = self._clock(now)
+        batch = queries.delete_expired(clock, self._earlier(clock, ttl), batch_size)
+        with self._executor.connection() as connection:
+            return connection.execute(batch).rowcount
+
+    def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
+        params = {"task_id": task_id, "worker": worker_id}
+        build = functools.partial(queries.extend_lease, self._clock_sql)
+        return self._run("extend_lease", build, params, lease=lease)
+
+    def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
+        return self._rows(queries.expired_leases(self._clock(now), limit))
+
+    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+        # Off the hot path (written in batches), so built per call rather than prepared.
+        for start in range(0, len(marks), queries.MARK_BATCH):
+            statement = queries.mark_dispatched(
+                marks[start : start + queries.MARK_BATCH], self._clock()
+            )
+            with self._executor.connection() as connection:
+                connection.execute(statement)
+
+    def _watch_tasks(self, task_ids: Collection[str], seconds: float) -> None:
+        if not self._postgres or not task_ids:
+            return  # SQLite announces nothing: its feed polls
+        params = {"task_ids": json.dumps(sorted(task_ids)), "seconds": seconds}
+        with self._executor.connection() as connection:
+            connection.execute(queries.WATCH_TASKS, params)
+
+    def _undispatched(
+        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+    ) -> list[Task]:
+        clock = self._clock()
+        redispatch = None if redispatch_after is None else self._earlier(clock, redispatch_after)
+        return self._rows(queries.undispatched(self._earlier(clock, older_than), redispatch, limit))
+
+    def _count_by_status(self) -> dict[TaskStatus, int]:
+        with self._executor.connection() as connection:
+            rows = connection.execute(queries.COUNT_BY_STATUS)
+            return {TaskStatus(status): count for status, count in rows}
+
+    def _count_undispatched(self, older_than: timedelta) -> int:
+        before = self._earlier(self._clock(), older_than)
+        with self._executor.connection() as connection:
+            count: int = connection.execute(queries.count_undispatched(before)).scalar_one()
+        return count
+
+    def _now(self) -> datetime:
+        if not self._postgres:
+            return datetime.now(UTC)
+        with self._executor.connection() as connection:
+            now: datetime = connection.execute(queries.CLOCK).scalar_one()
+        return now
+
+    def _changed_since(
+        self,
+        since: datetime,
+        after: tuple[datetime, str] | None,
+        limit: int,
+        seen: Mapping[str, int],
+    ) -> list[Task]:
+        params: dict[str, Any] = {"since": since, "limit": limit, "seen": json.dumps(seen)}
+        if after is not None:
+            params |= {"after_updated_at": after[0], "after_id": after[1]}
+        prepared = self._executor.prepare(
+            ("changed", after is not None),
+            lambda: queries.changed_since(self.engine.dialect.name, after=after is not None),
+        )
+        return [
+            codec.task_from_columns(row) for row in self._executor.rows(prepared, params, read=True)
+        ]
+
+    @contextmanager
+    def subscribe(self) -> Iterator[Listener]:
+        """Status changes via LISTEN on PostgreSQL; plain sleeping on SQLite."""
+        if not self._postgres:
+            with super().subscribe() as listen:
+                yield listen
+            return
+        with self._listening(NOTIFY_CHANNEL) as listen:
+            yield listen
+
+    @contextmanager
+    def subscribe_stops(self) -> Iterator[Listener]:
+        """Runs ended by a caller via LISTEN on PostgreSQL; plain sleeping on SQLite."""
+        if not self._postgres:
+            with super().subscribe_stops() as listen:
+                yield listen
+            return
+        with self._listening(STOP_CHANNEL) as listen:
+            yield listen
+
+    @contextmanager
+    def _listening(self, channel: str) -> Iterator[Listener]:
+        """The status changes announced on ``channel``, on a connection of its own."""
+        autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        with self._executor.guard(), autocommit.connect() as connection:
+            connection.exec_driver_sql(f"LISTEN {channel}")
+            driver = connection.connection.driver_connection
+            dbapi = self.engine.dialect.loaded_dbapi
+            assert driver is not None
+
+            def listen(seconds: float) -> list[StatusChange]:
+                try:
+                    changes = [
+                        codec.status_change(note.payload)
+                        for note in driver.notifies(timeout=seconds, stop_after=1)
+                    ]
+                    # Drain what else arrived, without waiting.
+                    changes.extend(
+                        codec.status_change(note.payload) for note in driver.notifies(timeout=0)
+                    )
+                except dbapi.Error as exc:
+                    raise StoreUnavailable(f"lost the notification connection: {exc}") from exc
+                return changes
+
+            try:
+                yield listen
+            finally:
+                connection.exec_driver_sql(f"UNLISTEN {channel}")
+
+
+def _value_of(clock: ColumnElement[datetime]) -> datetime:
+    value = getattr(clock, "value", None)
+    if not isinstance(value, datetime):
+        raise TypeError("only a literal clock can be shifted in Python")
+    return value
