@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from queuestore import Artifact, Task, TaskConflict, TaskError, TaskStatus, TaskStore
 from queuestore.owner import OwnerScope
@@ -207,3 +209,37 @@ def test_a_write_from_a_known_copy_returns_only_the_columns_it_sets() -> None:
         "worker_id",
         "lease_expires_at",
     ]
+
+
+TEXT = st.text(st.characters(exclude_characters="\x00"))
+"""Any text PostgreSQL can store (no NUL)."""
+
+json_documents = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([1e15, 9999999999999998.0, 1e16, -1e16, 1e300, 5e-324, -0.0, 1e-7])
+    | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+"""JSON values of every type, floats of every magnitude, integers past 64 bits."""
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=json_documents)
+def test_what_is_taken_as_sent_is_what_postgresql_gives_back(
+    store: TaskStore, document: object
+) -> None:
+    task = store.update(store.create("x.y").id, status=TaskStatus.WORKING)
+    store.update(task.id, result=document)
+
+    read = store.get(task.id).result
+
+    if codec.stored_as_sent(document):
+        assert read == document
+        assert type(read) is type(document)
