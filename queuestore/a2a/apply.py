@@ -78,7 +78,6 @@ class SdkChange:
             metadata=self.metadata,
             expected_version=row.version,
             owner=owner,
-            known=row,
         )
 
 
@@ -327,15 +326,13 @@ class ReadThenApply:
                 status=TaskStatus.WORKING,
                 expected_version=row.version,
                 owner=owner,
-                known=row,
             )
         log.warning("a2a: refused %s for task %s: it is %s", target, task.id, row.status)
         raise ConcurrentTaskModificationError(task.id)
 
     def add_artifact(self, row: Task, artifact: Artifact, append: bool, owner: str | None) -> Task:
         try:
-            # ``row`` is current (just read or written): the write needs no read first.
-            return self.store.add_artifact(row.id, artifact, append=append, owner=owner, known=row)
+            return self.store.add_artifact(row.id, artifact, append=append, owner=owner)
         except InvalidTransition as exc:
             log.warning("a2a: refused an artifact for task %s: %s", row.id, exc)
             raise ConcurrentTaskModificationError(row.id) from exc

@@ -243,7 +243,6 @@ class TaskStore(WorkerProtocol):
         expected_version: int | None = None,
         owner: Owner = ANY,
         worker_id: str | Unset = UNSET,
-        known: Task | None = None,
     ) -> Task:
         """Change a live task, as one compare-and-set write.
 
@@ -251,11 +250,6 @@ class TaskStore(WorkerProtocol):
             status: the new status; it must be reachable from the current one.
             expected_version: fail with TaskConflict unless the task is at this version.
             worker_id: fence the write to the worker holding the lease.
-            known: the caller's copy of the task at ``expected_version`` (one the
-                store returned). The store then reads back only what the write
-                sets and takes the rest from it; the write is also refused
-                (TaskConflict) if the id now names a task created since. It is
-                ignored unless its id and version match.
 
         Raises:
             InvalidTransition: the task is terminal or the status is not reachable.
@@ -278,11 +272,6 @@ class TaskStore(WorkerProtocol):
             values,
             expected_version=expected_version,
             fence=worker_id,
-            base=(
-                known
-                if known is not None and known.id == task_id and known.version == expected_version
-                else None
-            ),
         )
         return self._apply(task_id, write)
 
@@ -294,16 +283,12 @@ class TaskStore(WorkerProtocol):
         append: bool = False,
         owner: Owner = ANY,
         worker_id: str | Unset = UNSET,
-        known: Task | None = None,
     ) -> Task:
         """Add an artifact to a live task, or replace the one with the same id.
 
         Args:
             append: extend the parts of the artifact with the same id (streamed
                 chunks) instead of replacing it.
-            known: the caller's latest copy of the task (a worker's, say). While
-                it is current the write needs no read first; when another
-                writer moved the task on, the store reads it and merges again.
 
         Raises:
             InvalidTransition: the task is terminal.
@@ -318,7 +303,6 @@ class TaskStore(WorkerProtocol):
             task_id,
             Write(scope=self._scope(owner), from_statuses=LIVE, fence=worker_id),
             lambda task: {"artifacts": self._merged(task.artifacts, changes)},
-            known=known,
         )
 
     def provide_input(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:

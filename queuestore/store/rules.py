@@ -304,12 +304,8 @@ class StoreCore(ABC):
         *,
         expected_version: int | None = None,
         fence: str | Unset | None = UNSET,
-        base: Task | None = None,
     ) -> Write:
-        """The write that moves a task to ``target`` (or keeps its live status).
-
-        ``base``: the caller's copy at ``expected_version`` (see :attr:`Write.base`).
-        """
+        """The write that moves a task to ``target`` (or keeps its live status)."""
         return Write(
             scope=scope,
             from_statuses=LIVE if target is None else sources_of(target),
@@ -320,7 +316,6 @@ class StoreCore(ABC):
             release=target in TERMINAL or target in _PARKED,
             mark_started=target is TaskStatus.WORKING,
             mark_finished=target in TERMINAL,
-            base=base,
         )
 
     def _checked_values(

@@ -143,27 +143,31 @@ def test_progress_writes_racing_cancel_never_land_after_it(store: TaskStore) -> 
     assert cancelled.version == task.version + len(landed) + 1
 
 
-def test_add_artifact_with_a_stale_known_copy_merges_onto_the_current_task(
-    store: TaskStore,
-) -> None:
-    """A writer's stale copy costs one refused write, never a lost artifact."""
+def test_a_report_from_a_stale_copy_merges_onto_the_current_task(store: TaskStore) -> None:
+    """A run's stale copy costs one refused write, never a lost artifact."""
     task = store.create("job.artifacts")
-    stale = store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]))
+    claimed = store.claim(task.id, "w1", timedelta(minutes=1))
+    assert claimed is not None
+    stale = store.report(task.id, "w1", artifacts=[(Artifact(artifact_id="a", parts=[1]), False)])
     store.add_artifact(task.id, Artifact(artifact_id="b", parts=[2]))
 
-    written = store.add_artifact(
-        task.id, Artifact(artifact_id="a", parts=[3]), append=True, known=stale
+    written = store.report(
+        task.id, "w1", known=stale, artifacts=[(Artifact(artifact_id="a", parts=[3]), True)]
     )
 
     assert [(a.artifact_id, a.parts) for a in written.artifacts] == [("a", [1, 3]), ("b", [2])]
-    assert written.version == task.version + 3
+    assert written.version == claimed.version + 3
 
 
-def test_add_artifact_with_a_current_known_copy_writes_once(store: TaskStore) -> None:
+def test_a_report_from_the_current_copy_writes_once(store: TaskStore) -> None:
     task = store.create("job.artifacts")
-    written = store.add_artifact(task.id, Artifact(artifact_id="a", parts=[1]), known=task)
+    claimed = store.claim(task.id, "w1", timedelta(minutes=1))
+    assert claimed is not None
+    written = store.report(
+        task.id, "w1", known=claimed, artifacts=[(Artifact(artifact_id="a", parts=[1]), False)]
+    )
     assert [a.parts for a in written.artifacts] == [[1]]
-    assert written.version == task.version + 1
+    assert written.version == claimed.version + 1
 
 
 def test_a_lease_renewed_after_the_reaper_looked_keeps_its_task(

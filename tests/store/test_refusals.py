@@ -94,14 +94,17 @@ def test_a_write_that_loses_every_race_gives_up_with_a_conflict(
 def test_a_current_known_copy_spares_the_read(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    task = store.create("x.y")
+    task = store.claim(store.create("x.y").id, "w1", timedelta(minutes=1))
+    assert task is not None
     fetched: list[str] = []
     fetch = store._fetch
     monkeypatch.setattr(
         store, "_fetch", lambda task_id, scope: fetched.append(task_id) or fetch(task_id, scope)
     )
 
-    written = store.add_artifact(task.id, Artifact(artifact_id="a"), known=task)
+    written = store.report(
+        task.id, "w1", known=task, artifacts=[(Artifact(artifact_id="a"), False)]
+    )
 
     assert fetched == []
     assert [a.artifact_id for a in written.artifacts] == ["a"]
@@ -112,7 +115,11 @@ def test_a_known_copy_of_another_task_is_not_merged_into_this_one(store: TaskSto
     other = store.add_artifact(store.create("x.y").id, Artifact(artifact_id="theirs"))
     assert other.version == task.version
 
-    written = store.add_artifact(task.id, Artifact(artifact_id="new"), known=other)
+    claimed = store.claim(task.id, "w1", timedelta(minutes=1))
+    assert claimed is not None
+    written = store.report(
+        task.id, "w1", known=other, artifacts=[(Artifact(artifact_id="new"), False)]
+    )
 
     assert [a.artifact_id for a in written.artifacts] == ["mine", "new"]
 
