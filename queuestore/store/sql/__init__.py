@@ -15,6 +15,7 @@ One module per concern:
 
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import blocking
-from queuestore.store.sql.store import NOTIFY_CHANNEL, STOP_CHANNEL, SqlTaskStore
+from queuestore.store.sql.queries import NOTIFY_CHANNEL, STOP_CHANNEL
+from queuestore.store.sql.store import SqlTaskStore
 
 __all__ = ["NOTIFY_CHANNEL", "STOP_CHANNEL", "SqlTaskStore", "blocking", "make_engine"]

@@ -42,12 +42,15 @@ def page_from_json(text: str | bytes) -> list[Task]:
     return _PAGE.validate_json(text)
 
 
-def task_from_columns(fields: Mapping[str, Any]) -> Task:
-    """A task from a row's columns as their SQLAlchemy types decode them (``ttl_ms`` included)."""
-    values = dict(fields)
-    ttl_ms = values.pop("ttl_ms")
-    values["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
-    return Task.model_validate(values)
+def task_from_columns(fields: dict[str, Any]) -> Task:
+    """A task from a row's columns as their SQLAlchemy types decode them (``ttl_ms`` included).
+
+    ``fields`` is the caller's fresh row (a decoded row, a row's mapping copied):
+    it is taken over, not copied again.
+    """
+    ttl_ms = fields.pop("ttl_ms")
+    fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
+    return Task.model_validate(fields)
 
 
 _WRITTEN_AS: dict[str, Callable[[Any], Any]] = {

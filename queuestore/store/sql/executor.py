@@ -153,7 +153,6 @@ class Executor:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.postgres = engine.dialect.name == "postgresql"
         # An engine built by make_engine is in autocommit already; switching per
         # checkout costs a round trip on PostgreSQL, so only other engines are switched.
         self._statements = (

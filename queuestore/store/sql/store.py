@@ -44,9 +44,6 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = queries.NOTIFY_CHANNEL
-STOP_CHANNEL = queries.STOP_CHANNEL
-
 
 class SqlTaskStore(TaskStore):
     """Tasks in one SQL table, ``queuestore_tasks``, on SQLite or PostgreSQL.
@@ -368,7 +365,7 @@ class SqlTaskStore(TaskStore):
             with super().subscribe() as listen:
                 yield listen
             return
-        with self._listening(NOTIFY_CHANNEL) as listen:
+        with self._listening(queries.NOTIFY_CHANNEL) as listen:
             yield listen
 
     @contextmanager
@@ -378,7 +375,7 @@ class SqlTaskStore(TaskStore):
             with super().subscribe_stops() as listen:
                 yield listen
             return
-        with self._listening(STOP_CHANNEL) as listen:
+        with self._listening(queries.STOP_CHANNEL) as listen:
             yield listen
 
     @contextmanager
