@@ -55,7 +55,7 @@ class SdkChange:
     @staticmethod
     def between(row: Task, task: A2ATask, target: TaskStatus) -> SdkChange | None:
         """The change from ``row`` to the SDK's copy ``task``, or None when there is none."""
-        text = status_text(task)
+        text = convert.a2a_status_text(task)
         metadata = {**row.metadata, **convert.envelope_for(task)}
         if target is row.status and text == row.status_message and metadata == row.metadata:
             return None
@@ -79,11 +79,6 @@ class SdkChange:
             expected_version=row.version,
             owner=owner,
         )
-
-
-def status_text(task: A2ATask) -> str | None:
-    """The text of the status message of the SDK's copy, if it has one."""
-    return convert.text_of(task.status.message) if task.status.HasField("message") else None
 
 
 class ReadThenApply:
@@ -239,9 +234,9 @@ class ReadThenApply:
         try:
             if self.queue is not None and current.name != SDK_TASK:
                 return blocking(
-                    self.queue.cancel, current.id, owner=owner, reason=status_text(task)
+                    self.queue.cancel, current.id, owner=owner, reason=convert.a2a_status_text(task)
                 )
-            return self.store.cancel(current.id, owner=owner, reason=status_text(task))
+            return self.store.cancel(current.id, owner=owner, reason=convert.a2a_status_text(task))
         except (InvalidTransition, TaskNotFound) as exc:
             raise ConcurrentTaskModificationError(task.id) from exc
 
@@ -257,9 +252,10 @@ class ReadThenApply:
         values: dict[str, Any] = {}
         if target in (TaskStatus.FAILED, TaskStatus.REJECTED):
             values["status"] = target
-            message = task.status.message if task.status.HasField("message") else None
-            text = None if message is None else convert.text_of(message)
-            values["error"] = {"type": "agent", "message": text or target.value}
+            values["error"] = {
+                "type": "agent",
+                "message": convert.a2a_status_text(task) or target.value,
+            }
         if not isinstance(event, TaskArtifactUpdateEvent):
             stored = convert.envelope_of(current)
             wanted = convert.content_for(task)

@@ -182,6 +182,11 @@ def text_of(message: Message) -> str | None:
     return "\n".join(texts) if texts else None
 
 
+def a2a_status_text(task: A2ATask) -> str | None:
+    """The text of an A2A task's status message, if it has one."""
+    return text_of(task.status.message) if task.status.HasField("message") else None
+
+
 def message_to_stored(message: Message) -> str:
     """A message as the envelope keeps it: its protobuf encoding, in url-safe base64.
 

@@ -54,7 +54,7 @@ from a2a.types import Task as A2ATask
 from a2a.utils.errors import InvalidParamsError
 
 from queuestore.a2a import convert
-from queuestore.a2a.apply import SDK_TASK, JobRequest, ReadThenApply, SdkChange, status_text
+from queuestore.a2a.apply import SDK_TASK, JobRequest, ReadThenApply, SdkChange
 from queuestore.a2a.listing import list_page
 from queuestore.a2a.owner import OwnerResolver, resolve_owner
 from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
@@ -327,7 +327,9 @@ class VersionedQueuestoreTaskStore(VersionedTaskStore):
         """
         if target is TaskStatus.CANCELLED:
             try:  # a remembered row is the SDK's own task: no job to revoke
-                return self.store.cancel(known.id, owner=owner, reason=status_text(task))
+                return self.store.cancel(
+                    known.id, owner=owner, reason=convert.a2a_status_text(task)
+                )
             except (InvalidTransition, TaskNotFound):
                 return None
         if isinstance(event, TaskArtifactUpdateEvent):
