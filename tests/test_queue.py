@@ -36,10 +36,7 @@ def app() -> Celery:
 
 @pytest.fixture
 def published(app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
-    record = Published()
-    monkeypatch.setattr(app, "send_task", record.send_task)
-    monkeypatch.setattr(app.control, "revoke", record.revoke)
-    return record
+    return Published.on(app, monkeypatch)
 
 
 @pytest.fixture

@@ -35,11 +35,7 @@ log = logging.getLogger(__name__)
 class TaskCore:
     """The task tools of one Celery app and the verbs both eras' handlers call.
 
-    Args:
-        app: the Celery app the jobs run on; the serving process must also
-            have made its ``TaskQueue(store, app)``.
-        settings: ttl, poll interval, page size, principal of unauthenticated
-            transports; by default read from ``QUEUESTORE_MCP_*``.
+    Built as :class:`~queuestore.mcp.service.McpTasks`, whose arguments it takes.
     """
 
     def __init__(self, app: Celery, *, settings: McpSettings | None = None) -> None:

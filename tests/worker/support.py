@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import pytest
 from celery import Celery
 from kombu.exceptions import OperationalError
 
@@ -30,6 +31,14 @@ class Published:
 
     def revoke(self, task_id: str, **options: Any) -> None:
         self.revoked.append((task_id, options))
+
+    @classmethod
+    def on(cls, app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
+        """A record that stands in for ``app``'s publishes and revokes for one test."""
+        record = cls()
+        monkeypatch.setattr(app, "send_task", record.send_task)
+        monkeypatch.setattr(app.control, "revoke", record.revoke)
+        return record
 
 
 def register(app: Celery, function: Any, name: str = "test.job") -> Job:

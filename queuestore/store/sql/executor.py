@@ -432,31 +432,30 @@ class LoopConnections:
 _ON_LOOP: ContextVar[tuple[object, LoopConnections] | None] = ContextVar(
     "queuestore_on_loop", default=None
 )
-"""The executor running in this greenlet and its loop's connections."""
+"""The owner (an executor) running in this greenlet and its loop's connections."""
 
 
-def loop_connections(store: object) -> LoopConnections | None:
-    """The connections ``store``'s statements use here: its loop's, in a greenlet of :func:`run`.
+def loop_connections(owner: object) -> LoopConnections | None:
+    """The connections ``owner``'s statements use here: its loop's, in a greenlet of :func:`run`.
 
-    ``store`` is whatever :func:`run` was given as the owner of ``connections``
-    (an :class:`Executor`).
+    ``owner`` is what :func:`run` was given with the connections (an :class:`Executor`).
     """
     running = _ON_LOOP.get()
-    return running[1] if running is not None and running[0] is store else None
+    return running[1] if running is not None and running[0] is owner else None
 
 
 async def run(
-    store: object,
+    owner: object,
     connections: LoopConnections,
     call: Callable[P, T],
     /,
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> T:
-    """Run ``call`` in a greenlet on this thread; ``store``'s statements use ``connections``."""
+    """Run ``call`` in a greenlet on this thread; ``owner``'s statements use ``connections``."""
 
     def on_loop() -> T:
-        token = _ON_LOOP.set((store, connections))
+        token = _ON_LOOP.set((owner, connections))
         try:
             return call(*args, **kwargs)
         finally:
