@@ -35,7 +35,6 @@ not told apart from the old row (the store's own deletes forget it).
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import OrderedDict
 from typing import Final
@@ -61,8 +60,6 @@ from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, 
 from queuestore.models import Task, TaskStatus
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
-
-log = logging.getLogger(__name__)
 
 DEFAULT_KNOWN_ROWS: Final = 4096
 """How many rows a store remembers by default (see :class:`KnownRows`)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
@@ -41,8 +40,6 @@ from queuestore.watch import Listener, StatusChange
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
 
 
 class SqlTaskStore(TaskStore):
