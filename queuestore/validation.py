@@ -21,7 +21,8 @@ MAX_LABEL_LENGTH: Final = 256
 MAX_MESSAGE_LENGTH: Final = 10_000
 MAX_PAGE_SIZE: Final = 1000
 _PARSER_NESTING: Final = 201
-"""The deepest nesting pydantic-core's JSON parser takes (its recursion limit)."""
+"""The deepest nesting pydantic-core's JSON parser takes (its recursion limit), counting
+an empty innermost container; a container at that depth that holds a value is refused."""
 _READ_NESTING: Final = 3
 """How deep a read parses a document: a page's array, a task, its artifacts (or answers)."""
 MAX_NESTING: Final = _PARSER_NESTING - _READ_NESTING
