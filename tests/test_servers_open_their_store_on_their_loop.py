@@ -57,7 +57,7 @@ def test_a_server_opens_its_store_on_its_loop_while_it_runs(
 
     async def serve() -> None:
         async with lifespan(queue):
-            assert list(store._loops) == [asyncio.get_running_loop()]
-        assert store._loops == {}
+            assert list(store._executor._loops) == [asyncio.get_running_loop()]
+        assert store._executor._loops == {}
 
     asyncio.run(serve())
