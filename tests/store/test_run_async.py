@@ -237,6 +237,33 @@ def test_concurrent_calls_wait_for_the_loops_connections(store: SqlTaskStore) ->
     assert answers[45:] == [5] * 10
 
 
+@pytest.mark.parametrize("backend", POSTGRES)
+def test_every_call_gives_its_connection_back_also_a_failed_or_cancelled_one(
+    store: SqlTaskStore,
+) -> None:
+    task = store.create("a.job")
+
+    async def run() -> list[int]:
+        async with store.open_async(max_connections=3):
+            (connections,) = store._executor._loops.values()
+            pool: Any = connections.sync_engine.pool
+            await asyncio.gather(*(store.run_async(store.get, task.id) for _ in range(10)))
+            out = [pool.checkedout()]
+            with pytest.raises(TaskNotFound):
+                await store.run_async(store.get, "no-such-task")
+            out.append(pool.checkedout())
+            reads = [asyncio.ensure_future(store.run_async(store.get, task.id)) for _ in range(6)]
+            await asyncio.sleep(0)  # each has its statement sent, or waits for a connection
+            for read in reads:
+                read.cancel()
+            await asyncio.gather(*reads, return_exceptions=True)
+            out.append(pool.checkedout())
+            out.append(len([await store.run_async(store.get, task.id) for _ in range(3)]))
+            return out
+
+    assert asyncio.run(run()) == [0, 0, 0, 3]
+
+
 @pytest.mark.postgres
 def test_reads_on_the_loop_ride_out_dropped_connections(shared: Any) -> None:
     """Every server-side connection of the database is killed between two reads (a restart,
