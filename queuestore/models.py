@@ -153,6 +153,11 @@ class TaskPage(_Record):
     next_cursor: str | None = None
 
 
+PageOfTasks = list[Task]
+"""A page of tasks as a listing reads it: the JSON array the page statement builds
+(``queries.page_tasks_json``), parsed whole. The deepest a read parses a document."""
+
+
 __all__ = [
     "LIVE",
     "TERMINAL",

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from types import UnionType
+from typing import Any, Final, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, JsonValue, ValidationError
 from pydantic_core import from_json, to_json
 
 from queuestore import large_json
 from queuestore.errors import InvalidTaskData
-from queuestore.models import TASK_ID_PATTERN, Artifact, TaskError, TaskStatus
+from queuestore.models import (
+    TASK_ID_PATTERN,
+    Artifact,
+    JsonObject,
+    PageOfTasks,
+    TaskError,
+    TaskStatus,
+)
 
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 1 << 20
 MAX_NAME_LENGTH: Final = 200
@@ -23,8 +31,37 @@ MAX_PAGE_SIZE: Final = 1000
 _PARSER_NESTING: Final = 201
 """The deepest nesting pydantic-core's JSON parser takes (its recursion limit), counting
 an empty innermost container; a container at that depth that holds a value is refused."""
-_READ_NESTING: Final = 3
-"""How deep a read parses a document: a page's array, a task, its artifacts (or answers)."""
+
+
+def _containers_around(shape: object) -> int | None:
+    """How many lists and objects a read's ``shape`` wraps its deepest checked document in.
+
+    A checked document is what :func:`json_value` (a JSON value or object) or
+    :func:`record` (an artifact, an error) decides as one; None: ``shape`` holds none.
+    """
+    if shape is JsonValue or shape in (JsonObject, Artifact, TaskError):
+        return 0
+    args = get_args(shape)
+    if get_origin(shape) in (Union, UnionType):
+        return _deepest(args)
+    if get_origin(shape) is list:
+        below = _deepest(args)
+    elif isinstance(shape, type) and issubclass(shape, BaseModel):
+        below = _deepest(field.annotation for field in shape.model_fields.values())
+    else:
+        return None
+    return None if below is None else below + 1
+
+
+def _deepest(shapes: Iterable[object]) -> int | None:
+    """The most containers any of ``shapes`` wraps a checked document in."""
+    found = [n for n in map(_containers_around, shapes) if n is not None]
+    return max(found, default=None)
+
+
+_READ_NESTING: Final = _containers_around(PageOfTasks) or 0
+"""How deep a read parses a document: in a page's array, a task, its artifacts (or answers),
+as the page's shape (:data:`~queuestore.models.PageOfTasks`) says."""
 MAX_NESTING: Final = _PARSER_NESTING - _READ_NESTING
 """How deep a JSON document may nest for every read to parse it (PostgreSQL reads as JSON)."""
 VALIDATOR_MAX_CONTAINERS: Final = MAX_NESTING - 1

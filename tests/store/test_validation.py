@@ -9,10 +9,12 @@ from enum import StrEnum
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, JsonValue
 
 from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
 from queuestore.large_json import TEXT_DOCUMENT_BYTES
-from queuestore.validation import MAX_NESTING
+from queuestore.models import PageOfTasks
+from queuestore.validation import MAX_NESTING, _containers_around
 
 from .support import StoreFactory, reach, snapshot
 
@@ -321,3 +323,15 @@ def test_the_deepest_documents_are_read_back_one_by_one_and_in_pages(store: Task
     assert read == listed
     assert read.result == read.answers[0] == deep
     assert read.artifacts[0].parts == [nested(MAX_NESTING - 2)]
+
+
+def test_the_nesting_a_read_leaves_documents_follows_the_pages_shape() -> None:
+    class Deeper(BaseModel):
+        answers: list[list[JsonValue]]
+        count: int | None = None
+
+    assert _containers_around(PageOfTasks) == 3  # the page, a task, its artifacts or answers
+    assert _containers_around(Task) == 2
+    assert _containers_around(list[Deeper]) == 4
+    assert _containers_around(int | None) is None
+    assert MAX_NESTING == 198  # what the parser takes (201), less the page around a document
