@@ -1,15 +1,16 @@
 """The one way between the SQL store's rows and ``Task``: every read and write decodes here.
 
-A row comes back in one of three forms, and each has its one decoder here:
+A read's row holds a task in one of two forms, and :func:`task` decodes both
+(:func:`tasks`, a listing's rows):
 
 - on PostgreSQL a statement returns the task as one JSON object (or a page as
   one JSON array), built by the server (``queries.TASK_OBJECT``,
   ``queries.page_tasks_json``), which pydantic-core parses straight into
-  ``Task`` models: :func:`task_from_json`, :func:`page_from_json`;
-- on SQLite it returns the columns, decoded by their SQLAlchemy types:
-  :func:`task_from_columns`;
-- a write to a row the caller holds returns only the columns the database
-  decides, and the rest comes from the caller's copy: :func:`task_after_write`.
+  ``Task`` models;
+- on SQLite it returns the columns, decoded by their SQLAlchemy types.
+
+A write to a row the caller holds returns only the columns the database
+decides, and the rest comes from the caller's copy: :func:`task_after_write`.
 
 The other way, :func:`column_value` turns a value of a ``Task`` into what its
 column takes, and :func:`stored_as_sent` says when a document a write sends is
@@ -18,39 +19,43 @@ what a read would give back (so the write need not return it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON
 
-from queuestore.models import Artifact, Task, TaskError, TaskStatus
-from queuestore.store.sql.queries import COLUMNS
+from queuestore.models import Artifact, PageOfTasks, Task, TaskError, TaskStatus
+from queuestore.store.sql.queries import COLUMNS, PAGE_JSON, TASK_JSON
 from queuestore.watch import StatusChange
 
-_PAGE: Final = TypeAdapter(list[Task])
+_PAGE: Final = TypeAdapter(PageOfTasks)
 
 
-def task_from_json(text: str | bytes) -> Task:
-    """A task from the JSON object a PostgreSQL statement built (``queries.TASK_OBJECT``)."""
-    return Task.model_validate_json(text)
+def task(row: dict[str, Any]) -> Task:
+    """The task a read's row holds, in either form a statement returns it.
 
-
-def page_from_json(text: str | bytes) -> list[Task]:
-    """A page of tasks from the JSON array ``queries.page_tasks_json`` built."""
-    return _PAGE.validate_json(text)
-
-
-def task_from_columns(fields: dict[str, Any]) -> Task:
-    """A task from a row's columns as their SQLAlchemy types decode them (``ttl_ms`` included).
-
-    ``fields`` is the caller's fresh row (a decoded row, a row's mapping copied):
-    it is taken over, not copied again.
+    On PostgreSQL the row is one JSON object the server built
+    (``queries.TASK_JSON``), parsed by pydantic-core straight into the model;
+    on SQLite it is the columns as their SQLAlchemy types decode them
+    (``ttl_ms`` included). ``row`` is the caller's fresh row (a decoded row, a
+    row's mapping copied): it is taken over, not copied again.
     """
-    ttl_ms = fields.pop("ttl_ms")
-    fields["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
-    return Task.model_validate(fields)
+    built = row.get(TASK_JSON.key)
+    if built is not None:
+        return Task.model_validate_json(built)
+    ttl_ms = row.pop("ttl_ms")
+    row["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
+    return Task.model_validate(row)
+
+
+def tasks(rows: Sequence[dict[str, Any]]) -> list[Task]:
+    """The tasks a listing's rows hold: one row of a JSON array on PostgreSQL
+    (``queries.PAGE_JSON``), one row per task as :func:`task` decodes it on SQLite."""
+    if len(rows) == 1 and PAGE_JSON.key in rows[0]:
+        return _PAGE.validate_json(rows[0][PAGE_JSON.key])
+    return [task(row) for row in rows]
 
 
 _WRITTEN_AS: dict[str, Callable[[Any], Any]] = {

@@ -47,6 +47,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     literal_column,
     or_,
     select,
@@ -133,6 +134,22 @@ class Clock:
             return dict(intervals)
         now = datetime.now(UTC)
         return {"now": now} | {f"{name}_at": now + delta for name, delta in intervals.items()}
+
+    def at(self, now: datetime | None = None) -> ColumnElement[datetime]:
+        """``now`` as a value in a statement; without it, the clock's current time
+        (the database's, where it has one), bound when the statement is built."""
+        if now is None and self.database_clock:
+            return func.now().cast(UTCDateTime)
+        return literal(now or datetime.now(UTC), UTCDateTime)
+
+    def earlier(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
+        """``delta`` before ``clock`` (a value of :meth:`at`)."""
+        if self.database_clock:
+            return (clock - literal(delta, Interval())).cast(UTCDateTime)
+        value = getattr(clock, "value", None)
+        if not isinstance(value, datetime):
+            raise TypeError("only a literal clock can be shifted in Python")
+        return literal(value - delta, UTCDateTime)
 
     def expiry(self) -> ColumnElement[Any]:
         """``now + ttl`` for the row being written, NULL when it has no ttl."""

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import ColumnElement, Engine, Interval, func, literal
+from sqlalchemy import ColumnElement, Engine
 from sqlalchemy.sql import ClauseElement, Select
 
 from queuestore.cursor import CursorKey
@@ -31,7 +31,6 @@ from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
 from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import ListQuery, NewTask, Write
-from queuestore.store.schema import UTCDateTime
 from queuestore.store.sql import codec, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor
@@ -63,7 +62,7 @@ class SqlTaskStore(TaskStore):
         # Every operation is a single statement, atomic on its own: it runs in
         # autocommit, which saves the BEGIN and COMMIT round trips.
         self._executor = Executor(self.engine)
-        self._clock_sql = queries.Clock(database_clock=self._postgres)
+        self._clock = queries.Clock(database_clock=self._postgres)
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -115,20 +114,9 @@ class SqlTaskStore(TaskStore):
 
     # -- plumbing -----------------------------------------------------------
 
-    def _clock(self, now: datetime | None = None) -> ColumnElement[datetime]:
-        """Now, from the database's clock where it has one."""
-        if now is None and self._postgres:
-            return func.now().cast(UTCDateTime)
-        return literal(now or datetime.now(UTC), UTCDateTime)
-
-    def _earlier(self, clock: ColumnElement[datetime], delta: timedelta) -> ColumnElement[datetime]:
-        if self._postgres:
-            return (clock - literal(delta, Interval())).cast(UTCDateTime)
-        return literal(_value_of(clock) - delta, UTCDateTime)
-
     def _clock_params(self, lease: timedelta | None = None) -> dict[str, Any]:
         """What a statement on the clock needs: ``now`` on SQLite, and the lease's length."""
-        return self._clock_sql.params() if lease is None else self._clock_sql.params(lease=lease)
+        return self._clock.params() if lease is None else self._clock.params(lease=lease)
 
     def _run(
         self,
@@ -152,16 +140,16 @@ class SqlTaskStore(TaskStore):
                 columns=[queries.TASK_JSON],
             )
             rows = self._executor.rows(prepared, params, read=read)
-            return codec.task_from_json(rows[0]["task"]) if rows else None
+            return codec.task(rows[0]) if rows else None
         prepared = self._executor.prepare(key, lambda: build(queries.COLUMNS))
         rows = self._executor.rows(prepared, params, read=read)
-        return codec.task_from_columns(rows[0]) if rows else None
+        return codec.task(rows[0]) if rows else None
 
     def _rows(self, statement: Select[Any]) -> list[Task]:
         """The tasks a statement built per call (off the hot path) selects, as columns."""
         with self._executor.connection() as connection:
             rows = connection.execute(statement).mappings()
-            return [codec.task_from_columns(dict(row)) for row in rows]
+            return codec.tasks([dict(row) for row in rows])
 
     # -- primitives ---------------------------------------------------------
 
@@ -178,7 +166,7 @@ class SqlTaskStore(TaskStore):
         }
         params |= self._clock_params()
         prepared = self._executor.prepare(
-            "insert", lambda: queries.insert_task(self._clock_sql), queries.INSERTED
+            "insert", lambda: queries.insert_task(self._clock), queries.INSERTED
         )
         dbapi = self.engine.dialect.loaded_dbapi
         try:
@@ -208,7 +196,7 @@ class SqlTaskStore(TaskStore):
         lease = None if write.claim is None else write.claim[1]
         if write.base is not None:
             return self._write_known(write, shape, params, lease)
-        build = functools.partial(queries.write_task, shape, self._clock_sql)
+        build = functools.partial(queries.write_task, shape, self._clock)
         return self._run(shape, build, params, lease=lease)
 
     def _write_known(
@@ -233,7 +221,7 @@ class SqlTaskStore(TaskStore):
         if prepared is None:
             columns = queries.written_columns(shape, sent)
             prepared = self._executor.prepare(
-                key, lambda: queries.write_task(shape, self._clock_sql, columns), columns
+                key, lambda: queries.write_task(shape, self._clock, columns), columns
             )
         params |= self._clock_params(lease)
         rows = self._executor.rows(prepared, params, read=False)
@@ -250,12 +238,9 @@ class SqlTaskStore(TaskStore):
                 lambda: queries.page_tasks_json(shape),
                 columns=[queries.PAGE_JSON],
             )
-            (row,) = self._executor.rows(prepared, params, read=True)
-            return codec.page_from_json(row["page"])
+            return codec.tasks(self._executor.rows(prepared, params, read=True))
         prepared = self._executor.prepare(shape, lambda: queries.page_tasks(shape))
-        return [
-            codec.task_from_columns(row) for row in self._executor.rows(prepared, params, read=True)
-        ]
+        return codec.tasks(self._executor.rows(prepared, params, read=True))
 
     def _count(self, query: ListQuery) -> int:
         shape, params = queries.page_shape(query, after=False)
@@ -283,24 +268,24 @@ class SqlTaskStore(TaskStore):
             }
             with self._executor.connection() as connection:
                 return connection.execute(statement, params).rowcount
-        clock = self._clock(now)
-        batch = queries.delete_expired(clock, self._earlier(clock, ttl), batch_size)
+        clock = self._clock.at(now)
+        batch = queries.delete_expired(clock, self._clock.earlier(clock, ttl), batch_size)
         with self._executor.connection() as connection:
             return connection.execute(batch).rowcount
 
     def _extend_lease(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
         params = {"task_id": task_id, "worker": worker_id}
-        build = functools.partial(queries.extend_lease, self._clock_sql)
+        build = functools.partial(queries.extend_lease, self._clock)
         return self._run("extend_lease", build, params, lease=lease)
 
     def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
-        return self._rows(queries.expired_leases(self._clock(now), limit))
+        return self._rows(queries.expired_leases(self._clock.at(now), limit))
 
     def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
         # Off the hot path (written in batches), so built per call rather than prepared.
         for start in range(0, len(marks), queries.MARK_BATCH):
             statement = queries.mark_dispatched(
-                marks[start : start + queries.MARK_BATCH], self._clock()
+                marks[start : start + queries.MARK_BATCH], self._clock.at()
             )
             with self._executor.connection() as connection:
                 connection.execute(statement)
@@ -315,9 +300,13 @@ class SqlTaskStore(TaskStore):
     def _undispatched(
         self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
     ) -> list[Task]:
-        clock = self._clock()
-        redispatch = None if redispatch_after is None else self._earlier(clock, redispatch_after)
-        return self._rows(queries.undispatched(self._earlier(clock, older_than), redispatch, limit))
+        clock = self._clock.at()
+        redispatch = (
+            None if redispatch_after is None else self._clock.earlier(clock, redispatch_after)
+        )
+        return self._rows(
+            queries.undispatched(self._clock.earlier(clock, older_than), redispatch, limit)
+        )
 
     def _count_by_status(self) -> dict[TaskStatus, int]:
         with self._executor.connection() as connection:
@@ -325,7 +314,7 @@ class SqlTaskStore(TaskStore):
             return {TaskStatus(status): count for status, count in rows}
 
     def _count_undispatched(self, older_than: timedelta) -> int:
-        before = self._earlier(self._clock(), older_than)
+        before = self._clock.earlier(self._clock.at(), older_than)
         with self._executor.connection() as connection:
             count: int = connection.execute(queries.count_undispatched(before)).scalar_one()
         return count
@@ -351,9 +340,7 @@ class SqlTaskStore(TaskStore):
             ("changed", after is not None),
             lambda: queries.changed_since(self.engine.dialect.name, after=after is not None),
         )
-        return [
-            codec.task_from_columns(row) for row in self._executor.rows(prepared, params, read=True)
-        ]
+        return codec.tasks(self._executor.rows(prepared, params, read=True))
 
     @contextmanager
     def subscribe(self) -> Iterator[Listener]:
@@ -403,10 +390,3 @@ class SqlTaskStore(TaskStore):
                 yield listen
             finally:
                 connection.exec_driver_sql(f"UNLISTEN {channel}")
-
-
-def _value_of(clock: ColumnElement[datetime]) -> datetime:
-    value = getattr(clock, "value", None)
-    if not isinstance(value, datetime):
-        raise TypeError("only a literal clock can be shifted in Python")
-    return value
