@@ -31,7 +31,10 @@ After a warm-up (50 saves and gets per store), and again before the walks
 without them a store's walk flips between plans as its table grows
 (queuestore's versioned walk went from 12-14 to 6 walks/s from the third of
 five rounds). Calls run one after another on one event loop (queuestore's
-store open on it, ``open_async``, as in ``A2AServer``'s lifespan).
+store open on it, ``open_async``, as in ``A2AServer``'s lifespan). The
+versioned store runs a second time on a store made with ``keep_warm=False``
+(SQLAlchemy's ``greenlet_spawn`` and a pool checkout per statement on the
+loop), to show what the warm greenlets and connections hold.
 
 The stores take turns. A round times the figures one after another, and
 within a figure every contender makes ``--block`` calls (100) in its turn,
@@ -489,7 +492,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 async def run(url: str, tasks: int, samples: int, rounds: int, block: int) -> None:
-    console = Console(width=150)
+    console = Console(width=180)
     engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://"))
     sdk_plain = DatabaseTaskStore(engine)
     sdk_versioned = VersionedDatabaseTaskStore(engine)
@@ -500,6 +503,9 @@ async def run(url: str, tasks: int, samples: int, rounds: int, block: int) -> No
     # As A2AServer's lifespan does: the loop's reads on psycopg's async driver.
     served = contextlib.AsyncExitStack()
     await served.enter_async_context(store.open_async())
+    # The same without greenlets and connections kept warm between the loop's calls.
+    cold = SqlTaskStore(url, keep_warm=False)
+    await served.enter_async_context(cold.open_async())
     subjects = [
         Subject("a2a-sdk DatabaseTaskStore", sdk_plain, versioned=False),
         Subject("a2a-sdk VersionedDatabaseTaskStore", sdk_versioned, versioned=True),
@@ -507,6 +513,11 @@ async def run(url: str, tasks: int, samples: int, rounds: int, block: int) -> No
         Subject(
             "queuestore VersionedQueuestoreTaskStore",
             VersionedQueuestoreTaskStore(store),
+            versioned=True,
+        ),
+        Subject(
+            "queuestore VersionedQueuestoreTaskStore, keep_warm=False",
+            VersionedQueuestoreTaskStore(cold),
             versioned=True,
         ),
     ]
@@ -544,12 +555,10 @@ async def run(url: str, tasks: int, samples: int, rounds: int, block: int) -> No
     table.add_column("figure")
     for subject in subjects:
         table.add_column(subject.name.replace(" ", "\n", 1), justify="right")
-    table.add_column(
-        "ratio plain\n(queuestore /\nDatabaseTaskStore;\nlowest round)", justify="right"
-    )
-    table.add_column(
-        "ratio versioned\n(queuestore /\nDatabaseTaskStore;\nlowest round)", justify="right"
-    )
+    for kind in ("plain", "versioned", "versioned,\nkeep_warm=False"):
+        table.add_column(
+            f"ratio {kind}\n(queuestore /\nDatabaseTaskStore;\nlowest round)", justify="right"
+        )
     for figure in baseline:
         medians = [statistics.median(results[s.name][figure]) for s in subjects]
         unit = "" if "walk" in figure else "/s"
@@ -595,6 +604,7 @@ async def run(url: str, tasks: int, samples: int, rounds: int, block: int) -> No
     await engine.dispose()
     await served.aclose()
     store.close()
+    cold.close()
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ by id, on one event loop, one after another, each way:
    was not opened on the loop;
 3. the same inside ``store.open_async()``: the sync code in a greenlet on the
    loop's own async engine (``queuestore.store.sql.executor``), what ``A2AServer`` and
-   the HTTP app do;
+   the HTTP app do; once with greenlets and connections kept warm between
+   calls (the default), once without (``keep_warm=False``: SQLAlchemy's
+   ``greenlet_spawn`` and a pool checkout per statement);
 4. the store's own compiled fetch statement (the task as one JSON text) on one
    psycopg ``AsyncConnection``, decoded with ``Task.model_validate_json``: the
    async driver's floor;
@@ -75,6 +77,9 @@ async def run(url: str, gets: int, rounds: int) -> None:
     async def on_loop(task_id: str) -> Task:
         return await opened.run_async(opened.get, task_id, owner=OWNER)
 
+    async def on_loop_cold(task_id: str) -> Task:
+        return await cold.run_async(cold.get, task_id, owner=OWNER)
+
     async def on(connection: psycopg.AsyncConnection[tuple[str]], task_id: str) -> Task:
         arguments = fetch.arguments({"task_id": task_id, "owner": OWNER})
         cursor = await connection.execute(fetch.sql, arguments, prepare=True)
@@ -88,6 +93,8 @@ async def run(url: str, gets: int, rounds: int) -> None:
     opened = SqlTaskStore(url)  # a second store, the one opened on the loop
     on_the_loop = contextlib.AsyncExitStack()
     await on_the_loop.enter_async_context(opened.open_async())
+    cold = SqlTaskStore(url, keep_warm=False)  # a third, without the warm greenlets
+    await on_the_loop.enter_async_context(cold.open_async())
 
     async def one_connection(task_id: str) -> Task:
         return await on(connection, task_id)
@@ -100,6 +107,7 @@ async def run(url: str, gets: int, rounds: int) -> None:
         "store.get, direct (blocks the loop)": direct,
         "run_async(store.get), a thread": thread,
         "run_async(store.get) in open_async": on_loop,
+        "the same, keep_warm=False": on_loop_cold,
         "AsyncConnection": one_connection,
         "AsyncConnectionPool": pooled,
     }
@@ -119,6 +127,7 @@ async def run(url: str, gets: int, rounds: int) -> None:
         await connection.close()
         store.close()
         opened.close()
+        cold.close()
 
     hop = statistics.median(rates["run_async(store.get), a thread"])
     table = Table(title=f"One task read from asyncio, {gets} gets, median of {rounds} rounds")

@@ -238,39 +238,47 @@ def test_concurrent_calls_wait_for_the_loops_connections(store: SqlTaskStore) ->
 
 
 @pytest.mark.parametrize("backend", POSTGRES)
+@pytest.mark.parametrize("keep_warm", [True, False], ids=["kept", "checked_out_each_time"])
 def test_every_call_gives_its_connection_back_also_a_failed_or_cancelled_one(
-    store: SqlTaskStore,
+    store: SqlTaskStore, keep_warm: bool
 ) -> None:
     task = store.create("a.job")
+    store._executor.keep_warm = keep_warm  # as SqlTaskStore(..., keep_warm=...) sets it
 
     async def run() -> list[int]:
         async with store.open_async(max_connections=3):
             (connections,) = store._executor._loops.values()
             pool: Any = connections.sync_engine.pool
+
+            def lent() -> int:  # out of the pool, and not kept for the next call
+                return int(pool.checkedout()) - len(connections._idle)
+
             await asyncio.gather(*(store.run_async(store.get, task.id) for _ in range(10)))
-            out = [pool.checkedout()]
+            out = [lent()]
             with pytest.raises(TaskNotFound):
                 await store.run_async(store.get, "no-such-task")
-            out.append(pool.checkedout())
+            out.append(lent())
             reads = [asyncio.ensure_future(store.run_async(store.get, task.id)) for _ in range(6)]
             await asyncio.sleep(0)  # each has its statement sent, or waits for a connection
             for read in reads:
                 read.cancel()
             await asyncio.gather(*reads, return_exceptions=True)
-            out.append(pool.checkedout())
+            out.append(lent())
             out.append(len([await store.run_async(store.get, task.id) for _ in range(3)]))
+            assert bool(connections._idle) is keep_warm
             return out
 
     assert asyncio.run(run()) == [0, 0, 0, 3]
 
 
 @pytest.mark.postgres
-def test_reads_on_the_loop_ride_out_dropped_connections(shared: Any) -> None:
+@pytest.mark.parametrize("keep_warm", [True, False], ids=["kept", "checked_out_each_time"])
+def test_reads_on_the_loop_ride_out_dropped_connections(shared: Any, keep_warm: bool) -> None:
     """Every server-side connection of the database is killed between two reads (a restart,
     as the pool sees it): the next read is tried again on a fresh connection."""
     # A database of its own: the killing must not reach other tests' pooled connections.
     with shared.fresh_pg_database("queuestore_ride_out") as url:
-        store = SqlTaskStore(url.render_as_string(hide_password=False))
+        store = SqlTaskStore(url.render_as_string(hide_password=False), keep_warm=keep_warm)
         try:
             store.migrate()
             task = store.create("a.job", owner="alice")

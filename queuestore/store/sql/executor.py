@@ -16,20 +16,30 @@ machinery) wherever the store's code runs:
 Code that may run there and blocks on something else than the store (a broker
 publish, a revoke) goes through :func:`blocking`, which hands it to a thread.
 
-Each call runs in a greenlet of SQLAlchemy's own ``greenlet_spawn`` and each
-statement takes a connection from the loop's pool and gives it back, as
-SQLAlchemy's async engine does: nothing of SQLAlchemy's internals is kept
-across calls.
+Between calls an event loop keeps its greenlets and connections warm
+(``keep_warm``, the default): finished greenlets are reused, a few per thread,
+rather than made for each call as SQLAlchemy's ``greenlet_spawn`` does (on
+CPython 3.11 a new greenlet maps a fresh frame stack for its first frame),
+and connections stay checked out with their cursors (:class:`LoopConnections`).
+That holds the A2A store's figures over a2a-sdk's ``DatabaseTaskStore``
+(``bench/a2a_store.py``); the cost model in the docs has them. It follows
+SQLAlchemy's greenlet protocol (its ``await_only`` works inside), and its
+pool's accounting. Without it, each call runs in SQLAlchemy's own
+``greenlet_spawn`` and each statement takes a connection from the loop's pool
+and gives it back, as SQLAlchemy's async engine does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final, NoReturn, ParamSpec, TypeVar, cast
 
 from sqlalchemy import JSON, ColumnElement, Connection, Dialect, Engine
 from sqlalchemy import exc as sa_exc
@@ -43,7 +53,9 @@ from queuestore.store.sql.engine import is_autocommit, loop_engine
 from queuestore.store.sql.queries import COLUMNS
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
+    from greenlet import greenlet
+    from psycopg import AsyncConnection, AsyncCursor
+    from sqlalchemy import PoolProxiedConnection, QueuePool
     from sqlalchemy.engine.interfaces import DBAPIModule
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -104,13 +116,11 @@ class Prepared:
         return self.decoded(rows)
 
     async def all_async(
-        self, connection: AsyncConnection[Any], params: Mapping[str, Any]
+        self, cursor: AsyncCursor[Any], params: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
-        """:meth:`all` on psycopg's async connection (PostgreSQL only)."""
-        async with connection.cursor() as cursor:
-            await cursor.execute(self.sql, self.arguments(params))
-            rows = await cursor.fetchall()
-        return self.decoded(rows)
+        """:meth:`all` on a cursor of psycopg's async connection (PostgreSQL only)."""
+        await cursor.execute(self.sql, self.arguments(params))
+        return self.decoded(await cursor.fetchall())
 
     def decoded(self, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
         """The driver's rows as ``{column: value}``, JSON and timestamps converted.
@@ -145,10 +155,13 @@ class Executor:
     Args:
         engine: the store's engine; its statements run in autocommit (each is
             atomic on its own), switched per connection only if the engine is not.
+        keep_warm: on an event loop, keep greenlets and connections between
+            calls (the module's docstring says what it buys and costs).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, keep_warm: bool = True) -> None:
         self.engine = engine
+        self.keep_warm = keep_warm
         # An engine built by make_engine is in autocommit already; switching per
         # checkout costs a round trip on PostgreSQL, so only other engines are switched.
         self._statements = (
@@ -200,6 +213,7 @@ class Executor:
         engine = self._statements
         on_loop = loop_connections(self)
         if on_loop is not None:
+            on_loop.release_idle()  # the pool may have none left but the kept ones
             engine = on_loop.sync_engine
         with self.guard(), engine.connect() as connection:
             yield connection
@@ -243,20 +257,52 @@ class Executor:
     def _rows_on_loop(
         self, connections: LoopConnections, prepared: Prepared, params: dict[str, Any]
     ) -> list[dict[str, Any]]:
-        """One try of :meth:`rows` on a connection of the loop's pool, straight on psycopg's.
+        """One try of :meth:`rows` on the loop's connections, straight on psycopg's.
 
-        The loop's engine is in autocommit from its connect, with no reset on
-        return, so a connection is taken with no ``Connection`` around it (no
-        execution options to apply): each statement commits by itself, and
-        psycopg cancels a statement whose coroutine is cancelled.
+        The loop's engine is in autocommit from its connect and holds nothing
+        but these connections, so a connection is lent with no ``Connection``
+        around it (no execution options to apply) and kept with no reset: each
+        statement commits by itself, and psycopg cancels a statement whose
+        coroutine is cancelled.
         """
+        if not connections.keep_warm:
+            return self._rows_on_checkout(connections, prepared, params)
+        lent = connections.kept()
+        if lent is None:
+            with self.guard():  # a checkout may find the database gone
+                lent = connections.lend()
+        try:
+            rows = await_only(prepared.all_async(lent.cursor, params))
+        except _driver_errors(connections.sync_engine) as exc:
+            lost = connections.sync_engine.dialect.is_disconnect(
+                exc, lent.pooled.driver_connection, None
+            )
+            lent.pooled.invalidate(exc)
+            if lost:
+                connections.drop_idle(invalidate=True)  # as dead as this one
+            _raise_unavailable(connections.sync_engine, exc, lost=lost)
+        except BaseException:
+            connections.give_back(lent)
+            raise
+        connections.give_back(lent)
+        return rows
+
+    def _rows_on_checkout(
+        self, connections: LoopConnections, prepared: Prepared, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """:meth:`_rows_on_loop` without ``keep_warm``: a connection of the pool per statement."""
         engine = connections.sync_engine
         with self.guard():  # a checkout may find the database gone
             pooled = engine.raw_connection()
         driver: AsyncConnection[Any] | None = pooled.driver_connection
         assert driver is not None
         try:
-            rows = await_only(prepared.all_async(driver, params))
+
+            async def fetch() -> list[dict[str, Any]]:
+                async with driver.cursor() as cursor:
+                    return await prepared.all_async(cursor, params)
+
+            rows = await_only(fetch())
         except _driver_errors(engine) as exc:
             lost = engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None)
             pooled.invalidate(exc)  # dropped from the pool, not given back
@@ -279,7 +325,8 @@ class Executor:
         opened = self._loops.get(loop)
         if opened is None:
             opened = self._loops[loop] = LoopConnections(
-                loop_engine(self.engine.url, max_connections=max_connections, timeout=timeout)
+                loop_engine(self.engine.url, max_connections=max_connections, timeout=timeout),
+                keep_warm=self.keep_warm,
             )
         opened.users += 1
         try:
@@ -340,21 +387,85 @@ def _raise_unavailable(engine: Engine, exc: Exception, *, lost: bool) -> NoRetur
     raise StoreUnavailable(f"database unavailable: {exc}") from exc
 
 
-class LoopConnections:
-    """An event loop's async engine, and how many ``open_async`` blocks hold it open."""
+IDLE_CONNECTIONS: Final = 4
+"""How many connections an event loop keeps between its calls, out of its pool."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+
+class Lent:
+    """A connection of a loop's pool, lent to one call, with the cursor it keeps."""
+
+    __slots__ = ("cursor", "pooled")
+
+    def __init__(self, pooled: PoolProxiedConnection) -> None:
+        self.pooled = pooled
+        driver: AsyncConnection[Any] | None = pooled.driver_connection
+        assert driver is not None
+        self.cursor: AsyncCursor[Any] = driver.cursor()
+
+
+class LoopConnections:
+    """An event loop's async engine, and the connections it keeps between calls.
+
+    A call that gives its connection back leaves it checked out of the pool,
+    in a short list, for the next call to take as it is, with its cursor,
+    rather than checked in and out again (the cost model in the docs has why).
+    A kept connection still counts in the pool, so that the pool's limit
+    holds; whenever every connection is out (someone may be waiting for one),
+    a connection given back goes to the pool, and one that would be taken
+    from the pool for a ``Connection`` (:meth:`release_idle`) releases the
+    kept ones first.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, keep_warm: bool = True) -> None:
         self.engine = engine
+        self.keep_warm = keep_warm  # False: none are kept, and greenlets are SQLAlchemy's
         self.users = 0  # the open_async blocks open on this loop
+        self._idle: list[Lent] = []
 
     @property
     def sync_engine(self) -> Engine:
         """The async engine's sync face, for ``Connection`` and the pool."""
         return self.engine.sync_engine
 
+    def kept(self) -> Lent | None:
+        """A connection a previous call gave back, if one is kept."""
+        return self._idle.pop() if self._idle else None
+
+    def lend(self) -> Lent:
+        """A connection for one call: a kept one, or one checked out of the pool."""
+        kept = self.kept()
+        return kept if kept is not None else Lent(self.sync_engine.raw_connection())
+
+    def give_back(self, lent: Lent) -> None:
+        """Keep ``lent`` for the next call, or return it to the pool if one may wait."""
+        if len(self._idle) < IDLE_CONNECTIONS and not self._exhausted():
+            self._idle.append(lent)
+        else:
+            lent.pooled.close()
+
+    def release_idle(self) -> None:
+        """Return the kept connections to the pool when it has none left to lend."""
+        if self._idle and self._exhausted():
+            self.drop_idle(invalidate=False)
+
+    def drop_idle(self, *, invalidate: bool) -> None:
+        """Return every kept connection to the pool, or close them (``invalidate``)."""
+        idle, self._idle = self._idle, []
+        for lent in idle:
+            if invalidate:
+                lent.pooled.invalidate()
+            else:
+                lent.pooled.close()
+
     async def dispose(self) -> None:
-        """Close every connection of the loop's pool."""
+        """Close every connection: the kept ones and the pool's."""
+        self.drop_idle(invalidate=False)
         await self.engine.dispose()
+
+    def _exhausted(self) -> bool:
+        """Whether every connection of the pool is out: a call may be waiting for one."""
+        pool = cast("QueuePool", self.sync_engine.pool)
+        return pool.checkedout() >= pool.size()
 
 
 _ON_LOOP: ContextVar[tuple[object, LoopConnections] | None] = ContextVar(
@@ -389,7 +500,86 @@ async def run(
         finally:
             _ON_LOOP.reset(token)
 
+    if connections.keep_warm:
+        return await _in_greenlet(on_loop)
     return await greenlet_spawn(on_loop)
+
+
+IDLE_GREENLETS: Final = 16
+"""How many finished greenlets each thread keeps for the next calls."""
+
+_idle = threading.local()
+
+
+class _Outcome:
+    """How a call in a kept greenlet ended: its value, or the exception it raised."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value = value
+        self.error = error
+
+
+@cache
+def _greenlets() -> tuple[type[greenlet], Callable[[], greenlet]]:
+    """The kept greenlet's class and ``getcurrent`` (imported only where a loop uses them)."""
+    from greenlet import GreenletExit, getcurrent, greenlet  # an optional dependency
+
+    class Runner(greenlet):
+        """A greenlet that runs one call after another, each sent in by a switch."""
+
+        # What SQLAlchemy's await_only asks of the greenlet it is called in.
+        __sqlalchemy_greenlet_provider__ = True
+
+        def __init__(self) -> None:
+            super().__init__(self._serve)
+
+        def _serve(self, call: Callable[[], Any]) -> None:
+            while True:
+                try:
+                    outcome = _Outcome(value=call())
+                except GreenletExit:
+                    raise  # the greenlet itself is being dropped
+                except BaseException as exc:  # handed to the caller as is
+                    outcome = _Outcome(error=exc)
+                del call
+                parent = self.parent
+                assert parent is not None
+                call = parent.switch(outcome)
+
+    return Runner, getcurrent
+
+
+async def _in_greenlet(call: Callable[[], T]) -> T:
+    """``call()`` in a kept greenlet, its ``await_only`` awaitables awaited here.
+
+    As ``greenlet_spawn``: the call runs in this task's context, an exception
+    of an awaitable is thrown into the call where it waited, and the call's
+    own exception is raised here.
+    """
+    runner_class, getcurrent = _greenlets()
+    idle: list[greenlet] = _idle.__dict__.setdefault("runners", [])
+    runner = idle.pop() if idle else runner_class()
+    current = getcurrent()
+    runner.parent = current
+    runner.gr_context = current.gr_context
+    step = runner.switch(call)
+    while not isinstance(step, _Outcome):
+        try:
+            value = await step
+        except BaseException:  # thrown into the call, which decides
+            step = runner.throw(*sys.exc_info())
+        else:
+            step = runner.switch(value)
+    runner.gr_context = None  # keep no task's context alive while idle
+    if len(idle) < IDLE_GREENLETS:
+        idle.append(runner)
+    if step.error is not None:
+        error, step.error = step.error, None
+        raise error
+    result: T = step.value
+    return result
 
 
 def blocking(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -46,12 +46,18 @@ class SqlTaskStore(TaskStore):
 
     Args:
         engine: an SQLAlchemy engine, or a URL to build one with :func:`make_engine`.
+        keep_warm: inside :meth:`open_async` on PostgreSQL, keep greenlets and
+            connections (with their cursors) between calls, rather than take
+            SQLAlchemy's ``greenlet_spawn`` and a pool checkout for each. On by
+            default: it holds the A2A store's figures over a2a-sdk's
+            ``DatabaseTaskStore`` (``bench/a2a_store.py``); off, the loop's path
+            uses only SQLAlchemy's own mechanisms.
         **options: as for :class:`~queuestore.store.base.TaskStore`.
 
     Call :meth:`migrate` (or ``queuestore db upgrade``) once to create the schema.
     """
 
-    def __init__(self, engine: Engine | str, **options: Any) -> None:
+    def __init__(self, engine: Engine | str, *, keep_warm: bool = True, **options: Any) -> None:
         super().__init__(**options)
         self.engine = make_engine(engine) if isinstance(engine, str) else engine
         dialect = self.engine.dialect.name
@@ -61,7 +67,7 @@ class SqlTaskStore(TaskStore):
         self._owns_engine = isinstance(engine, str)
         # Every operation is a single statement, atomic on its own: it runs in
         # autocommit, which saves the BEGIN and COMMIT round trips.
-        self._executor = Executor(self.engine)
+        self._executor = Executor(self.engine, keep_warm=keep_warm)
         self._clock = queries.Clock(database_clock=self._postgres)
 
     def __repr__(self) -> str:
