@@ -265,8 +265,6 @@ class Executor:
         statement commits by itself, and psycopg cancels a statement whose
         coroutine is cancelled.
         """
-        if not connections.keep_warm:
-            return self._rows_on_checkout(connections, prepared, params)
         lent = connections.kept()
         if lent is None:
             with self.guard():  # a checkout may find the database gone
@@ -285,32 +283,6 @@ class Executor:
             connections.give_back(lent)
             raise
         connections.give_back(lent)
-        return rows
-
-    def _rows_on_checkout(
-        self, connections: LoopConnections, prepared: Prepared, params: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        """:meth:`_rows_on_loop` without ``keep_warm``: a connection of the pool per statement."""
-        engine = connections.sync_engine
-        with self.guard():  # a checkout may find the database gone
-            pooled = engine.raw_connection()
-        driver: AsyncConnection[Any] | None = pooled.driver_connection
-        assert driver is not None
-        try:
-
-            async def fetch() -> list[dict[str, Any]]:
-                async with driver.cursor() as cursor:
-                    return await prepared.all_async(cursor, params)
-
-            rows = await_only(fetch())
-        except _driver_errors(engine) as exc:
-            lost = engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None)
-            pooled.invalidate(exc)  # dropped from the pool, not given back
-            _raise_unavailable(engine, exc, lost=lost)
-        except BaseException:
-            pooled.close()
-            raise
-        pooled.close()
         return rows
 
     # -- the event loop's path ------------------------------------------------
@@ -413,7 +385,8 @@ class LoopConnections:
     holds; whenever every connection is out (someone may be waiting for one),
     a connection given back goes to the pool, and one that would be taken
     from the pool for a ``Connection`` (:meth:`release_idle`) releases the
-    kept ones first.
+    kept ones first. Without ``keep_warm`` none is kept: every connection
+    given back returns to the pool, as SQLAlchemy's async engine does.
     """
 
     def __init__(self, engine: AsyncEngine, *, keep_warm: bool = True) -> None:
@@ -437,8 +410,9 @@ class LoopConnections:
         return kept if kept is not None else Lent(self.sync_engine.raw_connection())
 
     def give_back(self, lent: Lent) -> None:
-        """Keep ``lent`` for the next call, or return it to the pool if one may wait."""
-        if len(self._idle) < IDLE_CONNECTIONS and not self._exhausted():
+        """Keep ``lent`` for the next call, or return it to the pool (always
+        without ``keep_warm``, and whenever a call may be waiting for one)."""
+        if self.keep_warm and len(self._idle) < IDLE_CONNECTIONS and not self._exhausted():
             self._idle.append(lent)
         else:
             lent.pooled.close()
