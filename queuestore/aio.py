@@ -47,6 +47,7 @@ class AsyncTaskStore:
         metadata: Mapping[str, Any] | None = None,
         task_id: str | None = None,
         job: bool = True,
+        run_at: datetime | None = None,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
         return await self.sync.run_async(
@@ -59,6 +60,7 @@ class AsyncTaskStore:
             metadata=metadata,
             task_id=task_id,
             job=job,
+            run_at=run_at,
         )
 
     async def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
@@ -185,6 +187,8 @@ class AsyncTaskQueue:
         ttl: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         task_id: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
     ) -> Task:
         """See :meth:`TaskQueue.submit`."""
         return await asyncio.to_thread(
@@ -196,6 +200,8 @@ class AsyncTaskQueue:
             ttl=ttl,
             metadata=metadata,
             task_id=task_id,
+            run_at=run_at,
+            delay=delay,
         )
 
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:

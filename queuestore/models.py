@@ -134,8 +134,12 @@ class Task(_Record):
     """Answers given through ``resume``, in order, for ``request_input``."""
     worker_id: str | None = None
     lease_expires_at: AwareDatetime | None = None
+    run_at: AwareDatetime | None = None
+    """When the task's job may start (``submit(run_at=...)`` or ``delay=``); None: at once."""
 
-    @field_validator("created_at", "updated_at", "started_at", "finished_at", "lease_expires_at")
+    @field_validator(
+        "created_at", "updated_at", "started_at", "finished_at", "lease_expires_at", "run_at"
+    )
     @classmethod
     def _in_utc(cls, value: datetime | None) -> datetime | None:
         return None if value is None else value.astimezone(UTC)

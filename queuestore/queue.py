@@ -5,6 +5,12 @@ message published after, with the Celery task id equal to the task id. When
 the broker is down the task stays ``submitted`` and the dispatcher sweep (a
 beat task) publishes it later; the worker's claim makes a second message
 harmless, so nothing is lost and nothing runs twice.
+
+A scheduled task (``run_at`` or ``delay``) keeps its start time in its row.
+Its message goes out only as the start comes near, within ``schedule_ahead``,
+with a countdown to the start: ``submit`` sends it when the start is that
+close already, the sweep otherwise. No message waits in a broker or a worker
+for longer than ``schedule_ahead``, so a long delay is as durable as the row.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import Celery
@@ -20,7 +26,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from queuestore.consumer import follow_lease
 from queuestore.dispatch import DispatchMarks
-from queuestore.errors import BrokerUnavailable, StoreUnavailable
+from queuestore.errors import BrokerUnavailable, InvalidTaskData, StoreUnavailable
 from queuestore.jobs import bind_settings, registered_job
 from queuestore.logs import about
 from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
@@ -66,6 +72,12 @@ class TaskQueue:
             redelivers a long job; half the lease by default. On Redis the
             broker's visibility timeout is set to the lease unless the app sets
             one (see :func:`queuestore.consumer.redis_transport_options`).
+        schedule_ahead: how long before a scheduled task's start its message
+            is published, with a countdown to the start. It must be longer than
+            the dispatcher sweep's interval, so that every start is published
+            on time, and shorter than ``lease - ack_after``, so that Redis does
+            not hand a message waiting for its start to a second worker. By
+            default 12 s, or less where the lease leaves less.
     """
 
     def __init__(
@@ -81,6 +93,7 @@ class TaskQueue:
         dispatch_grace: timedelta = timedelta(seconds=10),
         redispatch_after: timedelta | None = timedelta(hours=1),
         ack_after: timedelta | None = None,
+        schedule_ahead: timedelta | None = None,
     ) -> None:
         if heartbeat_interval >= lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
@@ -89,6 +102,12 @@ class TaskQueue:
             raise ValueError("ack_after must be more than zero, and shorter than the lease")
         if not timedelta(0) <= report_interval < lease:
             raise ValueError("report_interval must be zero or more, and shorter than the lease")
+        if schedule_ahead is None:
+            schedule_ahead = min(timedelta(seconds=12), (lease - ack_after) * 0.9)
+        if not timedelta(0) < schedule_ahead < lease - ack_after:
+            raise ValueError(
+                "schedule_ahead must be more than zero, and shorter than lease - ack_after"
+            )
         self.store = store
         self.app = app
         self.lease = lease
@@ -99,6 +118,7 @@ class TaskQueue:
         self.dispatch_grace = dispatch_grace
         self.redispatch_after = redispatch_after
         self.ack_after = ack_after
+        self.schedule_ahead = schedule_ahead
         self.dispatch_marks = DispatchMarks(store, delay=dispatch_grace.total_seconds() / 2)
         _QUEUES[app] = self
         follow_lease(app, lease)
@@ -133,6 +153,8 @@ class TaskQueue:
         ttl: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         task_id: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -140,8 +162,17 @@ class TaskQueue:
         is unreachable the task is still returned, ``submitted``, and the
         dispatcher sweep publishes it once the broker is back.
 
+        ``run_at`` (a timezone-aware time) or ``delay`` (from now, on this
+        process's clock) schedules the start: the task waits ``submitted``,
+        with ``Task.run_at`` set, and its job starts no earlier. Its message
+        is published :attr:`schedule_ahead` before the start at most, by this
+        call or by the dispatcher sweep, so scheduling needs the sweep running
+        (:meth:`install_beat_schedule`). A cancel before the start means the
+        job never runs.
+
         Raises:
-            InvalidTaskData: bad arguments, or input the registered job cannot take.
+            InvalidTaskData: bad arguments, input the registered job cannot
+                take, or both ``run_at`` and ``delay``.
         """
         registered = registered_job(self.app, name)
         if registered is not None:
@@ -154,8 +185,10 @@ class TaskQueue:
             ttl=ttl,
             metadata=metadata,
             task_id=task_id,
+            run_at=_start(run_at, delay),
         )
-        self.dispatch(task)
+        if task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead:
+            self.dispatch(task)
         return task
 
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
@@ -206,7 +239,14 @@ class TaskQueue:
     # -- dispatching --------------------------------------------------------
 
     def dispatch(self, task: Task, *, countdown: float | None = None) -> bool:
-        """Publish the message for the task's next run; False if the broker is down."""
+        """Publish the message for the task's next run; False if the broker is down.
+
+        A scheduled task's message waits (``countdown``) until its start.
+        """
+        if task.run_at is not None:
+            until_start = (task.run_at - datetime.now(UTC)).total_seconds()
+            if until_start > (countdown or 0):
+                countdown = until_start
         try:
             self.publish(task, countdown=countdown)
         except BrokerUnavailable as exc:
@@ -238,10 +278,14 @@ class TaskQueue:
     # -- maintenance (beat tasks) ------------------------------------------
 
     def sweep(self, *, limit: int = 500) -> int:
-        """Publish tasks whose message never went out (broker down at submit) or was lost."""
+        """Publish tasks whose message never went out (broker down at submit) or was lost,
+        and scheduled tasks that start within :attr:`schedule_ahead`."""
         published = 0
         due = self.store.undispatched(
-            self.dispatch_grace, redispatch_after=self.redispatch_after, limit=limit
+            self.dispatch_grace,
+            redispatch_after=self.redispatch_after,
+            ahead=self.schedule_ahead,
+            limit=limit,
         )
         for task in due:
             if not self.dispatch(task):
@@ -276,7 +320,17 @@ class TaskQueue:
 
         Each entry expires after its own interval, so beats that pile up while
         no worker runs are dropped instead of all running at once.
+        A ``dispatch_interval`` no shorter than the queue's ``schedule_ahead``
+        is logged as a warning: a scheduled task may then start up to the
+        difference late.
         """
+        if dispatch_interval >= self.schedule_ahead:
+            log.warning(
+                "dispatch_interval (%ss) is not shorter than the queue's schedule_ahead (%ss): "
+                "scheduled tasks may start late",
+                dispatch_interval.total_seconds(),
+                self.schedule_ahead.total_seconds(),
+            )
         schedule = dict(self.app.conf.beat_schedule or {})
         schedule[JANITOR_TASK] = {
             "task": JANITOR_TASK,
@@ -359,6 +413,21 @@ def _register_maintenance(app: Celery) -> None:
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
     app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)
     worker_process_init.connect(forget_parent_connections, weak=False)
+
+
+def _start(run_at: datetime | None, delay: timedelta | None) -> datetime | None:
+    """The start time ``submit`` was given, as ``run_at`` or as a ``delay`` from now.
+
+    Raises:
+        InvalidTaskData: both are given, or ``delay`` is not a timedelta of zero or more.
+    """
+    if delay is None:
+        return run_at
+    if run_at is not None:
+        raise InvalidTaskData("give run_at or delay, not both", field="delay")
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise InvalidTaskData("must be a timedelta of zero or more", field="delay")
+    return datetime.now(UTC) + delay
 
 
 def _reaper_backoff(lost: int) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import UnionType
 from typing import Any, Final, TypeVar, Union, get_args, get_origin
 
@@ -210,6 +210,19 @@ def aware(value: object, field: str) -> datetime:
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise InvalidTaskData("must be a timezone-aware datetime", field=field)
     return value
+
+
+def run_at(value: object, *, job: bool) -> datetime | None:
+    """When a task's job may start: a timezone-aware datetime (kept in UTC), or None.
+
+    A time in the past is a start at once. Only a job has one: a record
+    (``job=False``) is run by whatever created it, not published.
+    """
+    if value is None:
+        return None
+    if not job:
+        raise InvalidTaskData("only a job (job=True) has a start time", field="run_at")
+    return aware(value, "run_at").astimezone(UTC)
 
 
 def limit(value: object) -> int:

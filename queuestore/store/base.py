@@ -84,6 +84,7 @@ class TaskStore(WorkerProtocol):
         metadata: Mapping[str, Any] | None = None,
         task_id: str | None = None,
         job: bool = True,
+        run_at: datetime | None = None,
     ) -> Task:
         """Persist a new task in ``submitted``.
 
@@ -94,8 +95,11 @@ class TaskStore(WorkerProtocol):
         else runs (an A2A agent in its server process); the sweep never
         publishes it and the backlog never counts it.
 
+        ``run_at`` is when a job may start (``Task.run_at``): the sweep publishes
+        it as that time comes near (see :meth:`undispatched`), not before.
+
         Raises:
-            InvalidTaskData: bad name, input, owner, ttl, metadata, id or job.
+            InvalidTaskData: bad name, input, owner, ttl, metadata, id, job or run_at.
             TaskConflict: ``task_id`` is already taken.
         """
         owner = check.label(owner, "owner")
@@ -110,6 +114,7 @@ class TaskStore(WorkerProtocol):
             ttl=check.ttl(ttl),
             metadata=check.json_object(metadata, "metadata", self.max_payload_bytes),
             job=check.flag(job, "job"),
+            run_at=check.run_at(run_at, job=job is True),
         )
         task = self._insert(new)
         for observer in self._observers:

@@ -18,6 +18,7 @@ from queuestore.store.rules import (
     ListQuery,
     NewTask,
     Write,
+    due_at,
 )
 from queuestore.watch import Listener, StatusChange
 
@@ -159,15 +160,23 @@ class InMemoryTaskStore(TaskStore):
                     self._dispatched[task_id] = now
 
     def _undispatched(
-        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+        self,
+        older_than: timedelta,
+        redispatch_after: timedelta | None,
+        ahead: timedelta,
+        limit: int,
     ) -> list[Task]:
         now = self._now()
 
         def due(task: Task) -> bool:
             published = self._dispatched.get(task.id)
-            if published is None:
+            if published is not None:
+                return redispatch_after is not None and published <= now - redispatch_after
+            if task.run_at is None:
                 return task.updated_at <= now - older_than
-            return redispatch_after is not None and published <= now - redispatch_after
+            return task.run_at <= now + ahead and (
+                task.updated_at <= now - older_than or task.run_at > task.updated_at + ahead
+            )
 
         with self._changed:
             pending = [
@@ -178,7 +187,7 @@ class InMemoryTaskStore(TaskStore):
                 and task.id not in self._records
                 and due(task)
             ]
-        pending.sort(key=lambda task: task.updated_at)
+        pending.sort(key=due_at)
         return pending[:limit]
 
     def _count_by_status(self) -> dict[TaskStatus, int]:
@@ -198,7 +207,7 @@ class InMemoryTaskStore(TaskStore):
                 and task.worker_id is None
                 and task.id not in self._dispatched
                 and task.id not in self._records
-                and task.updated_at <= before
+                and (task.updated_at if task.run_at is None else task.run_at) <= before
             )
 
     def _changed_since(

@@ -223,9 +223,10 @@ class WorkerProtocol(StoreCore):
         older_than: timedelta,
         *,
         redispatch_after: timedelta | None = None,
+        ahead: timedelta = timedelta(0),
         limit: int = 100,
     ) -> builtins.list[Task]:
-        """Unclaimed tasks whose message never went out, oldest first.
+        """Unclaimed tasks whose message never went out, in the order they became due.
 
         Args:
             older_than: skip tasks written more recently, which ``submit`` may
@@ -234,10 +235,16 @@ class WorkerProtocol(StoreCore):
                 still unclaimed, whose message a broker may have lost (a worker
                 killed with prefetched messages on a broker that does not
                 redeliver). A duplicate message is harmless: the claim drops it.
+            ahead: also return scheduled tasks (``run_at``) that start within
+                this long, to publish with a countdown to their start; a
+                scheduled task starting later is never returned. A scheduled
+                task that ``submit`` did not publish (its start was more than
+                ``ahead`` past its creation) needs no ``older_than``.
         """
         return self._undispatched(
             check.ttl(older_than) or timedelta(0),
             None if redispatch_after is None else check.ttl(redispatch_after),
+            check.ttl(ahead) or timedelta(0),
             check.limit(limit),
         )
 

@@ -74,6 +74,8 @@ class NewTask:
     metadata: dict[str, JsonValue]
     job: bool
     """A Celery job runs it (the dispatcher publishes it); False for a record."""
+    run_at: datetime | None = None
+    """When the job may start; None: at once."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -92,7 +94,15 @@ class NewTask:
             metadata=self.metadata,
             created_at=now,
             updated_at=now,
+            run_at=self.run_at,
         )
+
+
+def due_at(task: Task) -> datetime:
+    """The order of the dispatcher's work: a task's start time, or its last write if later."""
+    if task.run_at is None or task.run_at < task.updated_at:
+        return task.updated_at
+    return task.run_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,11 +241,18 @@ class StoreCore(ABC):
 
     @abstractmethod
     def _undispatched(
-        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+        self,
+        older_than: timedelta,
+        redispatch_after: timedelta | None,
+        ahead: timedelta,
+        limit: int,
     ) -> builtins.list[Task]:
-        """Unclaimed submitted or working jobs due for a (new) message, oldest first.
+        """Unclaimed submitted or working jobs due for a (new) message, by :func:`due_at`.
 
-        Due: never published and last written before ``older_than`` ago, or
+        Due: never published and last written before ``older_than`` ago; or
+        scheduled (``run_at``), never published, starting within ``ahead``, and
+        either written before ``older_than`` ago or scheduled further than
+        ``ahead`` past its last write (so ``submit`` did not publish it); or
         published more than ``redispatch_after`` ago and still not claimed.
         """
 
@@ -245,8 +262,8 @@ class StoreCore(ABC):
 
     @abstractmethod
     def _count_undispatched(self, older_than: timedelta) -> int:
-        """How many unclaimed submitted or working jobs, last written ``older_than``
-        ago or earlier, were never published."""
+        """How many unclaimed submitted or working jobs were never published, though
+        last written (or, scheduled, due to start) ``older_than`` ago or earlier."""
 
     @abstractmethod
     def _now(self) -> datetime:

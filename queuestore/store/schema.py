@@ -57,15 +57,20 @@ _STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
 _LIVE_UNCLAIMED = "worker_id IS NULL AND status IN ('submitted', 'working')"
 
 
-def _outbox(dialect: str, *, dispatched: bool) -> str:
+def _outbox(dialect: str, *, dispatched: bool, scheduled: bool | None = None) -> str:
     """The predicate of a dispatcher index: live, unclaimed jobs, published or not.
 
     Written as the sweep's query reads on each dialect (SQLite matches an
-    index's terms literally): a row that is not a job is in neither index.
+    index's terms literally): a row that is not a job is in no such index.
+    ``scheduled`` narrows an index of unpublished jobs to those with a start
+    time (True) or without (False).
     """
     job = "job = 1" if dialect == "sqlite" else "job"
     published = "IS NOT NULL" if dispatched else "IS NULL"
-    return f"{job} AND dispatched_at {published} AND {_LIVE_UNCLAIMED}"
+    predicate = f"{job} AND dispatched_at {published} AND {_LIVE_UNCLAIMED}"
+    if scheduled is None:
+        return predicate
+    return f"{predicate} AND run_at {'IS NOT NULL' if scheduled else 'IS NULL'}"
 
 
 NAMING = {
@@ -109,6 +114,8 @@ class TaskRow(Base):
     worker_id: Mapped[str | None] = mapped_column(String(256))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the job may start (submit's run_at or delay); NULL: at once.
+    run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # A Celery job runs the task: the dispatcher publishes it until a mark says
     # its message went out. False for a record something else runs (an A2A
     # agent in its server process), which the dispatcher never publishes.
@@ -135,12 +142,19 @@ class TaskRow(Base):
             postgresql_where=text("expires_at IS NOT NULL"),
             sqlite_where=text("expires_at IS NOT NULL"),
         ),
-        # The dispatcher sweep: unclaimed live jobs, unpublished or published long ago.
+        # The dispatcher sweep: unclaimed live jobs, unpublished (by their last
+        # write, or by their start time) or published long ago.
         Index(
             "ix_queuestore_tasks_undispatched",
             "updated_at",
-            postgresql_where=text(_outbox("postgresql", dispatched=False)),
-            sqlite_where=text(_outbox("sqlite", dispatched=False)),
+            postgresql_where=text(_outbox("postgresql", dispatched=False, scheduled=False)),
+            sqlite_where=text(_outbox("sqlite", dispatched=False, scheduled=False)),
+        ),
+        Index(
+            "ix_queuestore_tasks_scheduled",
+            "run_at",
+            postgresql_where=text(_outbox("postgresql", dispatched=False, scheduled=True)),
+            sqlite_where=text(_outbox("sqlite", dispatched=False, scheduled=True)),
         ),
         Index(
             "ix_queuestore_tasks_unclaimed_dispatched_at",

@@ -126,6 +126,46 @@ def test_rows_written_before_the_job_column_stay_jobs_the_sweep_publishes(
     assert {task.id for task in store.undispatched(timedelta(0))} == {"t-old", record.id}
 
 
+def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_times(
+    empty_engine: Engine,
+) -> None:
+    # 0004 adds ``run_at`` and splits the sweep's index of unpublished jobs.
+    now = datetime.now(UTC) - timedelta(minutes=1)
+    old_row = {
+        "id": "t-old",
+        "name": "x.y",
+        "input": {},
+        "status": "submitted",
+        "artifacts": [],
+        "metadata": {},
+        "answers": [],
+        "created_at": now,
+        "updated_at": now,
+        "attempt": 0,
+        "version": 1,
+        "job": True,
+    }
+    with empty_engine.begin() as connection:
+        upgrade(connection, "0003")
+        connection.execute(insert(TABLE).values(old_row))
+    store = SqlTaskStore(empty_engine)
+
+    store.migrate()
+    later = store.create("x.y", run_at=datetime.now(UTC) + timedelta(days=1))
+
+    assert store.get("t-old").run_at is None
+    assert [task.id for task in store.undispatched(timedelta(0))] == ["t-old"]
+    with empty_engine.begin() as connection:
+        downgrade(connection, "0003")
+    columns = {column["name"] for column in inspect(empty_engine).get_columns(TABLE.name)}
+    assert "run_at" not in columns
+    with empty_engine.begin() as connection:
+        upgrade(connection, "head")
+    assert drift(empty_engine) == []
+    # Undone, a start time is gone: the job is due at once, as 0003 would run it.
+    assert {task.id for task in store.undispatched(timedelta(0))} == {"t-old", later.id}
+
+
 def test_an_empty_database_differs_from_the_models(empty_engine: Engine) -> None:
     # The drift check must be able to fail: with no migration, the table is missing.
     assert any(change[0] == "add_table" for change in drift(empty_engine))  # type: ignore[index]

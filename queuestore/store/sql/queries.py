@@ -22,7 +22,8 @@ The statements:
 - :data:`WATCH_TASKS`: marks tasks as watched, so that their writes are announced.
 - :func:`delete_expired_postgres`, :func:`delete_expired`: the janitor's batch.
 - :func:`expired_leases`: the reaper's runs whose lease ran out.
-- :func:`undispatched`: the dispatcher's tasks whose job was not published.
+- :func:`undispatched`, :func:`scheduled`: the dispatcher's tasks whose job was
+  not published (or, scheduled, is about to start).
 - :func:`mark_dispatched`: the dispatch marks of published jobs.
 - :func:`count_undispatched`, :data:`COUNT_BY_STATUS`: the metrics' counts.
 - :data:`CLOCK`: the database's clock.
@@ -92,6 +93,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.version,
     C.worker_id,
     C.lease_expires_at,
+    C.run_at,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
 
@@ -150,6 +152,15 @@ class Clock:
         if not isinstance(value, datetime):
             raise TypeError("only a literal clock can be shifted in Python")
         return literal(value - delta, UTCDateTime)
+
+    def apart(
+        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime], delta: timedelta
+    ) -> ColumnElement[bool]:
+        """Whether ``later`` is more than ``delta`` after ``earlier`` (two columns)."""
+        if self.database_clock:
+            return later > earlier + literal(delta, Interval())
+        seconds = (func.julianday(later) - func.julianday(earlier)) * 86400.0
+        return seconds > delta.total_seconds()
 
     def expiry(self) -> ColumnElement[Any]:
         """``now + ttl`` for the row being written, NULL when it has no ttl."""
@@ -227,10 +238,8 @@ def insert_task(clock: Clock) -> ClauseElement:
     Returns the columns :data:`INSERTED` names.
     """
     now = clock.now()
-    values: dict[str, Any] = {
-        name: bindparam(name, type_=C[name].type)
-        for name in ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job")
-    }
+    given = ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at")
+    values: dict[str, Any] = {name: bindparam(name, type_=C[name].type) for name in given}
     values |= {
         "status": _sql_text(TaskStatus.SUBMITTED.value),
         "artifacts": _EMPTY_LIST,
@@ -403,14 +412,14 @@ COUNT_BY_STATUS = select(C.status, func.count()).group_by(C.status)
 
 
 def count_undispatched(before: ColumnElement[datetime]) -> Select[int]:
-    """Live jobs never published and last written at ``before`` or earlier: the outbox
-    backlog (served by the sweep's partial index)."""
+    """Live jobs never published though last written (or, scheduled, due to start) at
+    ``before`` or earlier: the outbox backlog (served by the sweep's partial indexes)."""
     return select(func.count()).where(
-        C.job,
-        C.dispatched_at.is_(None),
-        C.worker_id.is_(None),
-        C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
-        C.updated_at <= before,
+        *_unpublished(),
+        or_(
+            and_(C.run_at.is_(None), C.updated_at <= before),
+            and_(C.run_at.is_not(None), C.run_at <= before),
+        ),
     )
 
 
@@ -709,27 +718,70 @@ def expired_leases(now: ColumnElement[datetime], limit: int) -> Select[Any]:
     )
 
 
+_UNCLAIMED_STATUSES: Final = frozenset({TaskStatus.SUBMITTED, TaskStatus.WORKING})
+"""The statuses of a job waiting for a worker; written as constants, as the sweep's
+partial indexes name them (SQLite matches an index's terms literally)."""
+
+
+def _unpublished() -> list[ColumnElement[bool]]:
+    """Live, unclaimed jobs whose message never went out."""
+    return [
+        C.job,
+        C.dispatched_at.is_(None),
+        C.worker_id.is_(None),
+        statuses_in(_UNCLAIMED_STATUSES),
+    ]
+
+
 def undispatched(
     updated_before: ColumnElement[datetime],
     dispatched_before: ColumnElement[datetime] | None,
     limit: int,
 ) -> Select[Any]:
-    """The dispatcher's read: unclaimed jobs never marked dispatched since ``updated_before``.
+    """The dispatcher's read: unclaimed jobs without a start time, never marked dispatched
+    since ``updated_before``.
 
-    With ``dispatched_before``, also those marked before it (their publish may be lost).
+    With ``dispatched_before``, also those marked before it (their publish may be
+    lost), scheduled or not.
     """
-    due = and_(C.dispatched_at.is_(None), C.updated_at <= updated_before)
+    due = and_(C.dispatched_at.is_(None), C.run_at.is_(None), C.updated_at <= updated_before)
     if dispatched_before is not None:
         due = or_(due, C.dispatched_at <= dispatched_before)
     return (
         select(*COLUMNS)
         .where(
             C.job,
-            C.status.in_([TaskStatus.SUBMITTED.value, TaskStatus.WORKING.value]),
+            statuses_in(_UNCLAIMED_STATUSES),
             C.worker_id.is_(None),
             due,
         )
         .order_by(C.updated_at)
+        .limit(limit)
+    )
+
+
+def scheduled(
+    clock: Clock,
+    starts_before: ColumnElement[datetime],
+    updated_before: ColumnElement[datetime],
+    ahead: timedelta,
+    limit: int,
+) -> Select[Any]:
+    """The dispatcher's read of scheduled jobs never published that start before
+    ``starts_before``, soonest first.
+
+    A job ``submit`` published (its start was within ``ahead`` of its last write)
+    waits, like any other, until its last write is ``updated_before``.
+    """
+    return (
+        select(*COLUMNS)
+        .where(
+            *_unpublished(),
+            C.run_at.is_not(None),
+            C.run_at <= starts_before,
+            or_(C.updated_at <= updated_before, clock.apart(C.run_at, C.updated_at, ahead)),
+        )
+        .order_by(C.run_at)
         .limit(limit)
     )
 

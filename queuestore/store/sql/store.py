@@ -30,7 +30,7 @@ from queuestore.models import Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
 from queuestore.store.protocol import stops_a_run
-from queuestore.store.rules import ListQuery, NewTask, Write
+from queuestore.store.rules import ListQuery, NewTask, Write, due_at
 from queuestore.store.sql import codec, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor
@@ -169,6 +169,7 @@ class SqlTaskStore(TaskStore):
             "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
             "metadata": new.metadata,
             "job": new.job,
+            "run_at": new.run_at,
         }
         params |= self._clock_params()
         prepared = self._executor.prepare(
@@ -304,15 +305,23 @@ class SqlTaskStore(TaskStore):
             connection.execute(queries.WATCH_TASKS, params)
 
     def _undispatched(
-        self, older_than: timedelta, redispatch_after: timedelta | None, limit: int
+        self,
+        older_than: timedelta,
+        redispatch_after: timedelta | None,
+        ahead: timedelta,
+        limit: int,
     ) -> list[Task]:
         clock = self._clock.at()
+        updated_before = self._clock.earlier(clock, older_than)
         redispatch = (
             None if redispatch_after is None else self._clock.earlier(clock, redispatch_after)
         )
-        return self._rows(
-            queries.undispatched(self._clock.earlier(clock, older_than), redispatch, limit)
+        starts_before = self._clock.earlier(clock, -ahead)
+        due = self._rows(queries.undispatched(updated_before, redispatch, limit))
+        due += self._rows(
+            queries.scheduled(self._clock, starts_before, updated_before, ahead, limit)
         )
+        return sorted(due, key=due_at)[:limit]
 
     def _count_by_status(self) -> dict[TaskStatus, int]:
         with self._executor.connection() as connection:
