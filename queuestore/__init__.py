@@ -25,6 +25,7 @@ from queuestore.models import (
 )
 from queuestore.owner import ANY
 from queuestore.queue import TaskQueue
+from queuestore.retries import Retry
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
 from queuestore.worker import InputRequested, Job, JobCancelled, TaskContext, job
 
@@ -45,6 +46,7 @@ __all__ = [
     "JobCancelled",
     "LeaseLost",
     "QueueStoreError",
+    "Retry",
     "Settings",
     "SqlTaskStore",
     "StoreUnavailable",

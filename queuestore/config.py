@@ -147,6 +147,12 @@ class Settings(BaseSettings):
         timedelta(hours=1),
         description="Publish again a task published this long ago and never claimed; unset: never.",
     )
+    schedule_ahead: Duration | None = Field(
+        None,
+        description="How long before a scheduled task's start its message is published, "
+        "with a countdown; longer than the dispatch interval, shorter than the lease minus "
+        "ack_after; unset: 12 s, or less where the lease leaves less.",
+    )
 
     # HTTP API
     http_host: str = Field("127.0.0.1", description="Address `queuestore serve` listens on.")
@@ -274,6 +280,7 @@ class Settings(BaseSettings):
             dispatch_grace=self.dispatch_grace,
             redispatch_after=self.redispatch_after,
             ack_after=self.ack_after,
+            schedule_ahead=self.schedule_ahead,
         )
         if beat:
             queue.install_beat_schedule(

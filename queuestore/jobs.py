@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from celery import Celery
 
+from queuestore.models import Task
 from queuestore.store.base import TaskStore
 
 
@@ -31,6 +32,11 @@ class RunSettings(Protocol):
     heartbeat_interval: timedelta
     report_interval: timedelta
     ack_after: timedelta
+    schedule_ahead: timedelta
+
+    def dispatch(self, task: Task, *, countdown: float | None = None) -> bool:
+        """Publish the message of the task's next run (a job's retry); False if it could not."""
+        ...
 
 
 class RegisteredJob(Protocol):

@@ -96,6 +96,8 @@ class TaskError(_Record):
 
     type: Annotated[str, Field(min_length=1, max_length=200)]
     message: str = ""
+    attempt: int | None = None
+    """The run that raised it (``Task.attempt`` then), for an error kept in ``Task.errors``."""
 
 
 class Artifact(_Record):
@@ -135,7 +137,11 @@ class Task(_Record):
     worker_id: str | None = None
     lease_expires_at: AwareDatetime | None = None
     run_at: AwareDatetime | None = None
-    """When the task's job may start (``submit(run_at=...)`` or ``delay=``); None: at once."""
+    """When the task's job may start (``submit(run_at=...)`` or ``delay=``, or a
+    retry's backoff); None: at once."""
+    errors: list[TaskError] = Field(default_factory=list)
+    """The errors of the runs its job's retry policy retried, oldest first; the
+    error that ended the task, if one did, is ``error``."""
 
     @field_validator(
         "created_at", "updated_at", "started_at", "finished_at", "lease_expires_at", "run_at"

@@ -20,6 +20,7 @@ import secrets
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
@@ -39,6 +40,7 @@ from queuestore.interrupts import interrupts
 from queuestore.jobs import RunSettings, register_job, registered_job, settings_of
 from queuestore.logs import task_context
 from queuestore.models import Task, TaskError, TaskStatus
+from queuestore.retries import Retry
 from queuestore.run import JobCancelled, Run, riding_out_outages
 
 __all__ = [
@@ -61,6 +63,8 @@ class Job:
     name: str
     function: Callable[..., Any]
     celery_task: Any = field(repr=False)
+    retry: Retry | None = None
+    """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
 
     def __call__(self, ctx: TaskContext, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (in tests), with a context of your own."""
@@ -79,7 +83,7 @@ class Job:
 
 
 def job(
-    app: Celery, *, name: str | None = None, **celery_options: Any
+    app: Celery, *, name: str | None = None, retry: Retry | None = None, **celery_options: Any
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register ``function(ctx, **input)`` as a job named ``name`` on ``app``.
 
@@ -95,6 +99,8 @@ def job(
         app: the Celery app whose :class:`~queuestore.queue.TaskQueue` runs it.
         name: the job's name, as given to ``TaskQueue.submit``; defaults to
             ``module.function``.
+        retry: which errors run the job again, how often and after what wait
+            (:class:`~queuestore.retries.Retry`); by default an error fails the task.
         **celery_options: passed to ``app.task`` (``queue``, ``time_limit``...).
     """
 
@@ -123,7 +129,9 @@ def job(
         run.__name__ = run.__qualname__ = function.__name__
         run.__module__ = function.__module__
         celery_task = app.task(name=job_name, bind=True, **options)(run)
-        registered = Job(job_name, function, celery_task)
+        if retry is not None and not isinstance(retry, Retry):
+            raise TypeError("retry must be a queuestore.Retry")
+        registered = Job(job_name, function, celery_task, retry)
         register_job(app, registered)
         install_message_hold(app)
         return registered
@@ -160,6 +168,9 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(run)
     with interrupts.deferred(then_raise=False):
+        policy = _retrying(registered, run, outcome)
+        if policy is not None:
+            return _record_retry(run, outcome, policy)
         return _record(run, outcome)
 
 
@@ -167,6 +178,8 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
 class _Outcome:
     status: TaskStatus | None
     values: dict[str, Any] = field(default_factory=dict)
+    raised: BaseException | None = None
+    """What the job raised, for a failure its retry policy may retry."""
 
 
 def _call(registered: Job, run: Run) -> _Outcome:
@@ -196,7 +209,7 @@ def _failure(exc: BaseException) -> _Outcome:
     )
     # The message is the job's text: keep it storable (PostgreSQL refuses NUL).
     error = TaskError(type=qualified, message=str(exc).replace("\x00", "\ufffd")[:10_000])
-    return _Outcome(TaskStatus.FAILED, {"error": error})
+    return _Outcome(TaskStatus.FAILED, {"error": error}, raised=exc)
 
 
 def _was_taken(run: Run) -> bool:
@@ -205,6 +218,53 @@ def _was_taken(run: Run) -> bool:
     except TaskNotFound:
         return True
     return run.stopped
+
+
+def _retrying(registered: Job, run: Run, outcome: _Outcome) -> Retry | None:
+    """The job's retry policy if it runs the job again after this outcome, else None."""
+    policy, raised = registered.retry, outcome.raised
+    if policy is None or raised is None or run.stopped:
+        return None
+    return policy if policy.retries(raised, runs=len(run.task.errors) + 1) else None
+
+
+def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
+    """End the run as a retry: the reports first, then the error and the next run's start.
+
+    The next run is published with a countdown when it starts within the
+    queue's ``schedule_ahead``, as ``submit`` publishes a scheduled task;
+    otherwise (or with the broker down) the dispatcher sweep publishes it.
+    """
+    wait = policy.wait(len(run.task.errors) + 1)
+    error: TaskError = outcome.values["error"]
+
+    def write() -> Task:
+        run.write()
+        return run.settings.store.retry(
+            run.task_id,
+            run.worker_id,
+            error=error,
+            run_at=datetime.now(UTC) + wait,
+            known=run.task,
+        )
+
+    try:
+        task = riding_out_outages(write, run.task_id)
+    except (InvalidTaskData, InvalidTransition, LeaseLost, TaskNotFound) as exc:
+        log.info("task %s changed under its run (%s); retry dropped", run.task_id, exc)
+        return None
+    log.warning(
+        "task %s: %s; retry %d of %d in %.1fs",
+        run.task_id,
+        error.type,
+        len(task.errors),
+        policy.attempts - 1,
+        wait.total_seconds(),
+        extra={"task_id": run.task_id, "job": task.name},
+    )
+    if wait <= run.settings.schedule_ahead:
+        run.settings.dispatch(task)
+    return task
 
 
 def _record(run: Run, outcome: _Outcome) -> Task | None:

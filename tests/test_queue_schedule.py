@@ -18,6 +18,7 @@ from worker.support import Published
 
 from queuestore import InMemoryTaskStore, InvalidTaskData, TaskQueue, TaskStatus
 from queuestore.aio import AsyncTaskQueue
+from queuestore.config import Settings
 
 AHEAD = timedelta(seconds=12)
 
@@ -146,3 +147,12 @@ def test_the_async_queue_schedules_alike(queue: TaskQueue, published: Published)
 
     asyncio.run(submit())
     assert published.messages == []
+
+
+def test_the_setting_reaches_the_queue(app: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUEUESTORE_SCHEDULE_AHEAD", "5")
+    settings = Settings()
+
+    queue = settings.make_queue(app, store=InMemoryTaskStore(), beat=False)
+
+    assert queue.schedule_ahead == timedelta(seconds=5)

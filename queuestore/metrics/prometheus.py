@@ -69,7 +69,7 @@ JOB_DURATION = Histogram(
 )
 DISPATCH_LAG = Histogram(
     "queuestore_dispatch_lag_seconds",
-    "Submit to first claim, on the database's clock, by job.",
+    "Submit (or a scheduled start) to first claim, on the database's clock, by job.",
     ["job"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     registry=None,
@@ -80,6 +80,12 @@ JANITOR_REMOVED = Counter(
 REAPER_RETRIES = Counter(
     "queuestore_reaper_retries",
     "Runs lost by their worker and given another attempt by the reaper.",
+    registry=None,
+)
+JOB_RETRIES = Counter(
+    "queuestore_job_retries",
+    "Runs whose job raised an error its retry policy retries, by job.",
+    ["job"],
     registry=None,
 )
 REAPER_FAILURES = Counter(
@@ -94,6 +100,7 @@ PROCESS_METRICS: Final = (
     JANITOR_REMOVED,
     REAPER_RETRIES,
     REAPER_FAILURES,
+    JOB_RETRIES,
 )
 """What this process counts (gathered across prefork children in multiprocess mode)."""
 
@@ -107,11 +114,15 @@ class MetricsObserver(StoreObserver):
     def status_written(self, task: Task, *, claimed: bool) -> None:
         TRANSITIONS.labels(task.name, task.status.value).inc()
         if claimed and task.attempt == 1 and task.started_at is not None:
-            lag = (task.started_at - task.created_at).total_seconds()
+            due = task.created_at if task.run_at is None else max(task.created_at, task.run_at)
+            lag = (task.started_at - due).total_seconds()
             DISPATCH_LAG.labels(task.name).observe(max(lag, 0.0))
 
     def reaped(self, task: Task) -> None:
         (REAPER_FAILURES if task.status in TERMINAL else REAPER_RETRIES).inc()
+
+    def retried(self, task: Task) -> None:
+        JOB_RETRIES.labels(task.name).inc()
 
     def removed(self, count: int) -> None:
         JANITOR_REMOVED.inc(count)

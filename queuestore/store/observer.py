@@ -2,10 +2,10 @@
 
 A :class:`StoreObserver` added with ``TaskStore.observe`` hears about every
 task a store in this process creates, every status it writes, every task its
-reaper recovers and every batch its janitor removes, after the write
-committed. Observers run on the writer's thread and must be cheap and must
-not raise; the store has no opinion about what they do (see
-:mod:`queuestore.metrics.prometheus`).
+reaper recovers, every run its job's retry policy retries and every batch its
+janitor removes, after the write committed. Observers run on the writer's
+thread and must be cheap and must not raise; the store has no opinion about
+what they do (see :mod:`queuestore.metrics.prometheus`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class StoreObserver:
 
     def reaped(self, task: Task) -> None:
         """The reaper recovered a lost run: ``task`` is terminal if it failed, else retried."""
+
+    def retried(self, task: Task) -> None:
+        """A run's job failed and its retry policy runs it again: ``task`` waits for it."""
 
     def removed(self, count: int) -> None:
         """The janitor deleted ``count`` expired tasks in one batch."""

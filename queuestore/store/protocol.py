@@ -194,6 +194,57 @@ class WorkerProtocol(StoreCore):
             known=known,
         )
 
+    def retry(
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        error: TaskError | Mapping[str, Any],
+        run_at: datetime,
+        known: Task | None = None,
+    ) -> Task:
+        """End a run whose job failed and will run again: a job's own retry.
+
+        A compare-and-set fenced by the run's lease, like :meth:`report`: the
+        task stays ``working`` but unclaimed (as the reaper leaves a lost
+        run's), ``error`` is appended to ``Task.errors`` with the run's
+        ``attempt``, and ``run_at`` is when the next run may start (its
+        backoff), for the dispatcher to publish as for a scheduled task. A
+        cancel while it waits ends it as any cancel does.
+
+        Args:
+            known: the run's latest copy of the task; it spares the read first.
+
+        Raises:
+            InvalidTaskData: ``error`` or ``run_at`` is invalid; nothing is written.
+            InvalidTransition: the task is no longer ``working``.
+            LeaseLost: ``worker_id`` no longer holds the task.
+            TaskNotFound: the task is gone.
+        """
+        task_id = check.task_id(task_id)
+        worker_id = check.worker_id(worker_id)
+        failed = check.record(TaskError, error, "error", self.max_payload_bytes)
+        start = check.aware(run_at, "run_at")
+        write = Write(
+            scope=OwnerScope(unscoped=True),
+            from_statuses=frozenset({TaskStatus.WORKING}),
+            fence=worker_id,
+            values={
+                "run_at": start,
+                "status_message": f"retrying: {failed.type}: {failed.message}"[:10_000],
+            },
+            release=True,
+        )
+
+        def appended(task: Task) -> dict[str, Any]:
+            kept = failed.model_copy(update={"attempt": task.attempt})
+            return {"errors": [*task.errors, kept]}
+
+        task = self._read_modify_write(task_id, write, appended, known=known)
+        for observer in self._observers:
+            observer.retried(task)
+        return task
+
     def mark_dispatched(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
 
@@ -253,10 +304,12 @@ def lost_runs(task: Task) -> int:
     """How many runs of a working task were lost, counting its current one.
 
     Every claim adds one to ``attempt``: the first run, each run after an
-    answer (``provide_input``), and each retry after a lost worker. The answers
-    are counted in ``answers``, so the rest are the first run and the retries.
+    answer (``provide_input``), each run after its job's retry policy retried
+    it, and each retry after a lost worker. The answers are counted in
+    ``answers`` and the job's retries in ``errors``, so the rest are the first
+    run and the lost runs' retries.
     """
-    return task.attempt - len(task.answers)
+    return task.attempt - len(task.answers) - len(task.errors)
 
 
 def _lease(value: object) -> timedelta:

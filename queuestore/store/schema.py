@@ -103,6 +103,8 @@ class TaskRow(Base):
     artifacts: Mapped[list[Any]] = mapped_column(JsonColumn)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonColumn)
     answers: Mapped[list[Any]] = mapped_column(JsonColumn)
+    # The errors of the runs a job's retry policy retried, oldest first.
+    errors: Mapped[list[Any]] = mapped_column(JsonColumn, server_default=text("'[]'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -39,6 +39,8 @@ LAYOUT = [
     "howto/mcp-task-tools.md",
     "howto/a2a-agent.md",
     "howto/testing-your-jobs.md",
+    "howto/schedule-tasks.md",
+    "howto/retry-jobs.md",
     "howto/metrics.md",
     "reference/configuration.md",
     "reference/http-api.md",

@@ -32,20 +32,23 @@ def plan(engine: Engine, statement: ClauseElement, index: str) -> str:
     explain = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
     table = f"FROM {queries.TABLE.name} "
 
-    def explained(*args: Any) -> tuple[str, Any]:
-        cursor_statement: str = args[2]
-        if sqlite:
-            cursor_statement = cursor_statement.replace(table, f"{table}INDEXED BY {index} ", 1)
-        return explain + cursor_statement, args[3]
+    sent: list[tuple[str, Any]] = []
+
+    def capture(*args: Any) -> None:
+        sent.append((args[2], args[3]))
 
     with engine.connect() as connection:
         if not sqlite:
             connection.execute(text("SET enable_seqscan = off"))
-        event.listen(connection, "before_cursor_execute", explained, retval=True)
+        event.listen(connection, "before_cursor_execute", capture)
         try:
-            rows = connection.execute(statement).all()
+            connection.execute(statement).all()  # as the store sends it
         finally:
-            event.remove(connection, "before_cursor_execute", explained)
+            event.remove(connection, "before_cursor_execute", capture)
+        ((cursor_statement, parameters),) = sent
+        if sqlite:
+            cursor_statement = cursor_statement.replace(table, f"{table}INDEXED BY {index} ", 1)
+        rows = connection.exec_driver_sql(explain + cursor_statement, parameters).all()
         connection.rollback()
         return "\n".join(str(row[-1]) for row in rows)
 

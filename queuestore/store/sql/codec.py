@@ -61,6 +61,7 @@ def tasks(rows: Sequence[dict[str, Any]]) -> list[Task]:
 _WRITTEN_AS: dict[str, Callable[[Any], Any]] = {
     "error": TypeAdapter(TaskError | None).validate_python,
     "artifacts": TypeAdapter(list[Artifact]).validate_python,
+    "errors": TypeAdapter(list[TaskError]).validate_python,
 }
 """The columns a write returns that a ``Task`` holds as another type than the driver's."""
 

@@ -94,6 +94,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.worker_id,
     C.lease_expires_at,
     C.run_at,
+    C.errors,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
 
@@ -244,6 +245,7 @@ def insert_task(clock: Clock) -> ClauseElement:
         "status": _sql_text(TaskStatus.SUBMITTED.value),
         "artifacts": _EMPTY_LIST,
         "answers": _EMPTY_LIST,
+        "errors": _EMPTY_LIST,
         "created_at": now,
         "updated_at": now,
         "attempt": literal_column("0"),
