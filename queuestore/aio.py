@@ -48,6 +48,7 @@ class AsyncTaskStore:
         task_id: str | None = None,
         job: bool = True,
         run_at: datetime | None = None,
+        unique_key: str | None = None,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
         return await self.sync.run_async(
@@ -61,6 +62,7 @@ class AsyncTaskStore:
             task_id=task_id,
             job=job,
             run_at=run_at,
+            unique_key=unique_key,
         )
 
     async def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
@@ -189,6 +191,7 @@ class AsyncTaskQueue:
         task_id: str | None = None,
         run_at: datetime | None = None,
         delay: timedelta | None = None,
+        unique_key: str | None = None,
     ) -> Task:
         """See :meth:`TaskQueue.submit`."""
         return await asyncio.to_thread(
@@ -202,6 +205,7 @@ class AsyncTaskQueue:
             task_id=task_id,
             run_at=run_at,
             delay=delay,
+            unique_key=unique_key,
         )
 
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:

@@ -139,6 +139,8 @@ class Task(_Record):
     run_at: AwareDatetime | None = None
     """When the task's job may start (``submit(run_at=...)`` or ``delay=``, or a
     retry's backoff); None: at once."""
+    unique_key: str | None = None
+    """The key no other live task of its owner holds (``submit(unique_key=...)``)."""
     errors: list[TaskError] = Field(default_factory=list)
     """The errors of the runs its job's retry policy retried, oldest first; the
     error that ended the task, if one did, is ``error``."""

@@ -30,7 +30,7 @@ from queuestore.errors import BrokerUnavailable, InvalidTaskData, StoreUnavailab
 from queuestore.jobs import bind_settings, registered_job
 from queuestore.logs import about
 from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
-from queuestore.models import Task
+from queuestore.models import Task, new_task_id
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore, lost_runs
 
@@ -155,6 +155,7 @@ class TaskQueue:
         task_id: str | None = None,
         run_at: datetime | None = None,
         delay: timedelta | None = None,
+        unique_key: str | None = None,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -170,6 +171,11 @@ class TaskQueue:
         (:meth:`install_beat_schedule`). A cancel before the start means the
         job never runs.
 
+        ``unique_key``: while a live task of the same owner holds this key (a
+        task submitted with it that has not ended), that task is returned as
+        it is and nothing is written or published: a second submit of the
+        same work joins the first. Two racing submits create one task.
+
         Raises:
             InvalidTaskData: bad arguments, input the registered job cannot
                 take, or both ``run_at`` and ``delay``.
@@ -177,6 +183,8 @@ class TaskQueue:
         registered = registered_job(self.app, name)
         if registered is not None:
             registered.check_input(input or {})
+        if unique_key is not None and task_id is None:
+            task_id = new_task_id()  # to tell a new task from the key's holder
         task = self.store.create(
             name,
             input,
@@ -186,7 +194,10 @@ class TaskQueue:
             metadata=metadata,
             task_id=task_id,
             run_at=_start(run_at, delay),
+            unique_key=unique_key,
         )
+        if unique_key is not None and task.id != task_id:
+            return task  # the live task that holds the key, already on its way
         if task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead:
             self.dispatch(task)
         return task

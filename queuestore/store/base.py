@@ -85,8 +85,9 @@ class TaskStore(WorkerProtocol):
         task_id: str | None = None,
         job: bool = True,
         run_at: datetime | None = None,
+        unique_key: str | None = None,
     ) -> Task:
-        """Persist a new task in ``submitted``.
+        """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
         ``job`` says what runs it. True (the default): a Celery job, which
         :meth:`TaskQueue.submit <queuestore.TaskQueue.submit>` publishes; until a
@@ -98,8 +99,14 @@ class TaskStore(WorkerProtocol):
         ``run_at`` is when a job may start (``Task.run_at``): the sweep publishes
         it as that time comes near (see :meth:`undispatched`), not before.
 
+        ``unique_key``: while a live task of the same owner (the unowned share
+        one space) holds this key, that task is returned and nothing is
+        written; once it ends, the key is free. The caller tells the two apart
+        by id (pass ``task_id`` to know it), as ``TaskQueue.submit`` does.
+
         Raises:
-            InvalidTaskData: bad name, input, owner, ttl, metadata, id, job or run_at.
+            InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at or
+                unique_key.
             TaskConflict: ``task_id`` is already taken.
         """
         owner = check.label(owner, "owner")
@@ -115,10 +122,12 @@ class TaskStore(WorkerProtocol):
             metadata=check.json_object(metadata, "metadata", self.max_payload_bytes),
             job=check.flag(job, "job"),
             run_at=check.run_at(run_at, job=job is True),
+            unique_key=check.label(unique_key, "unique_key"),
         )
-        task = self._insert(new)
-        for observer in self._observers:
-            observer.created(task)
+        task, created = self._insert(new)
+        if created:
+            for observer in self._observers:
+                observer.created(task)
         return task
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:

@@ -43,15 +43,27 @@ class InMemoryTaskStore(TaskStore):
     def _now() -> datetime:
         return datetime.now(UTC)
 
-    def _insert(self, new: NewTask) -> Task:
+    def _insert(self, new: NewTask) -> tuple[Task, bool]:
         with self._changed:
+            holder = self._holding(new.owner, new.unique_key)
+            if holder is not None:
+                return holder, False
             if new.id in self._tasks:
                 raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
             task = new.stamped(self._now())
             self._tasks[task.id] = task
             if not new.job:
                 self._records.add(task.id)
-            return task
+            return task, True
+
+    def _holding(self, owner: str | None, unique_key: str | None) -> Task | None:
+        """The live task of ``owner`` that holds ``unique_key``, if any (the lock held)."""
+        if unique_key is None:
+            return None
+        for task in self._tasks.values():
+            if task.unique_key == unique_key and task.owner == owner and not task.is_terminal:
+                return task
+        return None
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
         with self._changed:

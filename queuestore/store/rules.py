@@ -76,6 +76,8 @@ class NewTask:
     """A Celery job runs it (the dispatcher publishes it); False for a record."""
     run_at: datetime | None = None
     """When the job may start; None: at once."""
+    unique_key: str | None = None
+    """No other live task of the owner may hold it."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -95,6 +97,7 @@ class NewTask:
             created_at=now,
             updated_at=now,
             run_at=self.run_at,
+            unique_key=self.unique_key,
         )
 
 
@@ -197,8 +200,12 @@ class StoreCore(ABC):
     # -- backend primitives -------------------------------------------------
 
     @abstractmethod
-    def _insert(self, new: NewTask) -> Task:
-        """Insert a row in ``submitted``; raise TaskConflict if the id exists."""
+    def _insert(self, new: NewTask) -> tuple[Task, bool]:
+        """Insert a row in ``submitted``, and say True; raise TaskConflict if the id exists.
+
+        With a ``unique_key`` that a live task of the owner holds, insert nothing
+        and return that task, and False.
+        """
 
     @abstractmethod
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:

@@ -29,7 +29,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from queuestore.models import TaskStatus
+from queuestore.models import LIVE, TaskStatus
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -55,6 +55,9 @@ JsonColumn = JSON().with_variant(JSONB(), "postgresql")
 _STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
 
 _LIVE_UNCLAIMED = "worker_id IS NULL AND status IN ('submitted', 'working')"
+
+_LIVE_STATUSES = ", ".join(f"'{status.value}'" for status in sorted(LIVE))
+_LIVE_UNIQUE = f"unique_key IS NOT NULL AND status IN ({_LIVE_STATUSES})"
 
 
 def _outbox(dialect: str, *, dispatched: bool, scheduled: bool | None = None) -> str:
@@ -103,6 +106,8 @@ class TaskRow(Base):
     artifacts: Mapped[list[Any]] = mapped_column(JsonColumn)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonColumn)
     answers: Mapped[list[Any]] = mapped_column(JsonColumn)
+    # While the task is live, no other task of its owner has this key.
+    unique_key: Mapped[str | None] = mapped_column(String(256))
     # The errors of the runs a job's retry policy retried, oldest first.
     errors: Mapped[list[Any]] = mapped_column(JsonColumn, server_default=text("'[]'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -131,6 +136,23 @@ class TaskRow(Base):
         Index(None, "created_at", "id"),
         Index(None, "status", "updated_at"),
         Index(None, "context_id"),
+        # Unique tasks: one live task per owner and key, and per key among the
+        # unowned (a unique index holds any number of NULL owners).
+        Index(
+            "uq_queuestore_tasks_live_unique_key",
+            "owner",
+            "unique_key",
+            unique=True,
+            postgresql_where=text(_LIVE_UNIQUE),
+            sqlite_where=text(_LIVE_UNIQUE),
+        ),
+        Index(
+            "uq_queuestore_tasks_live_unowned_unique_key",
+            "unique_key",
+            unique=True,
+            postgresql_where=text(f"owner IS NULL AND {_LIVE_UNIQUE}"),
+            sqlite_where=text(f"owner IS NULL AND {_LIVE_UNIQUE}"),
+        ),
         # The janitor: terminal rows by finish time or by their own expiry.
         Index(
             None,

@@ -41,6 +41,7 @@ LAYOUT = [
     "howto/testing-your-jobs.md",
     "howto/schedule-tasks.md",
     "howto/retry-jobs.md",
+    "howto/unique-tasks.md",
     "howto/metrics.md",
     "reference/configuration.md",
     "reference/http-api.md",

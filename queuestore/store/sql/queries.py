@@ -12,6 +12,7 @@ The statements:
 
 - :func:`insert_task`: a new task, in ``submitted``.
 - :func:`fetch_task`: one task by id, within an owner scope.
+- :func:`key_holder`: the live task that holds a unique key.
 - :func:`write_task`: every status write and change of a live task, one
   compare-and-set ``UPDATE ... RETURNING``; its shape is a :class:`WriteShape`.
 - :func:`extend_lease`: a heartbeat's renewal of a run's lease.
@@ -59,7 +60,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.sql import ClauseElement, Delete, Select, TextClause, Update
 
-from queuestore.models import TERMINAL, TaskStatus
+from queuestore.models import LIVE, TERMINAL, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.rules import UNSET, ListQuery, Write
 from queuestore.store.schema import TaskRow, UTCDateTime, WatchRow
@@ -94,6 +95,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.worker_id,
     C.lease_expires_at,
     C.run_at,
+    C.unique_key,
     C.errors,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
@@ -239,7 +241,10 @@ def insert_task(clock: Clock) -> ClauseElement:
     Returns the columns :data:`INSERTED` names.
     """
     now = clock.now()
-    given = ("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at")
+    given = (
+        *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
+        "unique_key",
+    )
     values: dict[str, Any] = {name: bindparam(name, type_=C[name].type) for name in given}
     values |= {
         "status": _sql_text(TaskStatus.SUBMITTED.value),
@@ -252,6 +257,17 @@ def insert_task(clock: Clock) -> ClauseElement:
         "version": literal_column("1"),
     }
     return insert(TABLE).values(values).returning(*INSERTED)
+
+
+def key_holder(owned: bool, returning: Sequence[ColumnElement[Any]] = COLUMNS) -> ClauseElement:
+    """The live task holding ``:unique_key``, of ``:owner`` (``owned``) or unowned, as
+    ``returning``; served by the unique index that keeps it the only one."""
+    owner = C.owner == bindparam("owner", type_=C.owner.type) if owned else C.owner.is_(None)
+    return select(*returning).where(
+        owner,
+        C.unique_key == bindparam("unique_key", type_=C.unique_key.type),
+        statuses_in(LIVE),
+    )
 
 
 def delete_task(kind: str) -> ClauseElement:

@@ -37,6 +37,9 @@ from queuestore.store.sql.executor import Executor
 from queuestore.store.sql.queries import WriteShape
 from queuestore.watch import Listener, StatusChange
 
+_KEY_RACES = 3
+"""Inserts a unique task tries while the task holding its key keeps ending in between."""
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -159,7 +162,27 @@ class SqlTaskStore(TaskStore):
 
     # -- primitives ---------------------------------------------------------
 
-    def _insert(self, new: NewTask) -> Task:
+    def _insert(self, new: NewTask) -> tuple[Task, bool]:
+        for _ in range(_KEY_RACES):
+            try:
+                return self._insert_row(new), True
+            except TaskConflict:
+                if new.unique_key is None:
+                    raise
+                holder = self._key_holder(new.owner, new.unique_key)
+                if holder is not None:
+                    return holder, False
+                if self._fetch(new.id, OwnerScope(unscoped=True)) is not None:
+                    raise
+                # The holder ended between the insert and the read: the key is free.
+        raise TaskConflict(f"unique key {new.unique_key!r} kept changing hands", task_id=new.id)
+
+    def _key_holder(self, owner: str | None, unique_key: str) -> Task | None:
+        params = {"owner": owner, "unique_key": unique_key}
+        build = functools.partial(queries.key_holder, owner is not None)
+        return self._run(("key_holder", owner is not None), build, params, read=True)
+
+    def _insert_row(self, new: NewTask) -> Task:
         params = {
             "id": new.id,
             "name": new.name,
@@ -170,6 +193,7 @@ class SqlTaskStore(TaskStore):
             "metadata": new.metadata,
             "job": new.job,
             "run_at": new.run_at,
+            "unique_key": new.unique_key,
         }
         params |= self._clock_params()
         prepared = self._executor.prepare(
