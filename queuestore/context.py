@@ -63,8 +63,8 @@ class TaskContext:
 
     @property
     def attempt(self) -> int:
-        """Which run this is: 1 for the first; each answered question and each
-        retry after a lost worker starts another."""
+        """Which run this is: 1 for the first; each answered question, each retry
+        of the job's retry policy and each retry after a lost worker starts another."""
         return self._run.task.attempt
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from types import TracebackType
 from typing import Self
 
@@ -17,7 +18,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from queuestore.models import Task
+from queuestore.models import Task, TaskStatus
 
 _STATUS_COLOURS = {
     "completed": "green",
@@ -28,7 +29,10 @@ _STATUS_COLOURS = {
 
 
 def task_table(rows: list[Task], title: str | None = None) -> Table:
-    """A table of tasks: ids stay whole, the other cells are cut with an ellipsis to fit."""
+    """A table of tasks: ids stay whole, the other cells are cut with an ellipsis to fit.
+
+    A scheduled task that has not started has its start (:func:`starts`) as its outcome.
+    """
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("id", no_wrap=True)
     # Wrapable columns, so the table shrinks them to fit; each cell stays on one line.
@@ -43,7 +47,7 @@ def task_table(rows: list[Task], title: str | None = None) -> Table:
             _cell(task.name),
             _cell(task.status.value, _STATUS_COLOURS.get(task.status.value, "cyan")),
             _cell("" if task.progress is None else f"{task.progress:.0%}"),
-            _cell(outcome(task)),
+            _cell(outcome(task) or starts(task)),
             _cell(str(sum(len(artifact.parts) for artifact in task.artifacts))),
         )
     return table
@@ -66,6 +70,19 @@ def outcome(task: Task) -> str:
     if task.result is not None:
         return json.dumps(task.result)
     return task.status_message or ""
+
+
+def starts(task: Task) -> str:
+    """When a scheduled task that has not started starts, in local time; "" for any other.
+
+    The time alone when the start is today, with its date on any other day.
+    """
+    if task.run_at is None or task.status is not TaskStatus.SUBMITTED:  # none, or started
+        return ""
+    start = task.run_at.astimezone()
+    today = datetime.now(start.tzinfo).date()
+    shown = "%H:%M:%S" if start.date() == today else "%Y-%m-%d %H:%M:%S"
+    return "starts " + start.strftime(shown)
 
 
 class TaskWatchView:

@@ -222,7 +222,10 @@ def run_at(value: object, *, job: bool) -> datetime | None:
         return None
     if not job:
         raise InvalidTaskData("only a job (job=True) has a start time", field="run_at")
-    return aware(value, "run_at").astimezone(UTC)
+    try:
+        return aware(value, "run_at").astimezone(UTC)
+    except OverflowError:  # an offset that pushes the first or last day out of range
+        raise InvalidTaskData("must be a time Python can hold in UTC", field="run_at") from None
 
 
 def limit(value: object) -> int:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -59,6 +62,45 @@ def test_tasks_commands_show_list_and_cancel(database_url: str) -> None:
     assert "cancelled" in again.output
     missing = runner.invoke(app, ["tasks", "show", "nope", "--url", database_url])
     assert missing.exit_code == 1
+    store.close()
+
+
+@pytest.fixture
+def five_thirty_east(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's local time is UTC+05:30 (a POSIX zone: no tz database needed)."""
+    with monkeypatch.context() as patch:
+        patch.setenv("TZ", "XST-5:30")
+        time.tzset()
+        yield
+    time.tzset()
+
+
+@pytest.mark.usefixtures("five_thirty_east")
+def test_tasks_list_and_show_give_the_start_of_a_scheduled_task(database_url: str) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    store = SqlTaskStore(database_url)
+    later = store.create("cli.later", run_at=datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC))
+    now = datetime.now(UTC)
+    soon = store.create("cli.soon", run_at=now)
+    cancelled = store.create("cli.dropped", run_at=datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC))
+    store.cancel(cancelled.id)
+    unscheduled = store.create("cli.now")
+
+    # Wide enough for the whole start: at 80 columns the table cuts it with an ellipsis.
+    listed = runner.invoke(app, ["tasks", "list", "--url", database_url], env={"COLUMNS": "120"})
+    assert listed.exit_code == 0, listed.output
+    lines = {line.split()[0]: line for line in listed.output.splitlines() if line.strip()}
+    # In local time: the date when the start is not today.
+    assert "starts 2031-01-02 08:34:05" in lines[later.id]
+    assert f"starts {now.astimezone():%H:%M:%S}" in lines[soon.id]
+    assert "starts" not in lines[cancelled.id]
+    assert "starts" not in lines[unscheduled.id]
+
+    shown = runner.invoke(app, ["tasks", "show", "--url", database_url, "--", later.id])
+    assert '"run_at": "2031-01-02T03:04:05Z"' in shown.output
+    as_json = runner.invoke(app, ["tasks", "show", "--json", "--url", database_url, "--", later.id])
+    assert '"run_at":"2031-01-02T03:04:05Z"' in as_json.output
     store.close()
 
 

@@ -66,6 +66,8 @@ def check_replay(task: Task, request: CreateTask) -> None:
         and task.context_id == request.context_id
         and task.metadata == request.metadata
         and _same_ttl(task.ttl, request.ttl)
+        and _same_start(task, request)
+        and task.unique_key == request.unique_key
     )
     if not same:
         raise ProblemError(
@@ -81,3 +83,21 @@ def _same_ttl(stored: timedelta | None, asked: float | None) -> bool:
         return stored is None and asked is None
     # timedelta keeps microseconds: compare at that precision.
     return abs(stored.total_seconds() - asked) < 1e-6
+
+
+def _same_start(task: Task, request: CreateTask) -> bool:
+    """Whether the task's start is the one ``request`` asks for.
+
+    A ``run_at`` must be the same instant. A ``delay`` counts from the moment
+    the first attempt reached the server, which a retry cannot know; and a
+    retry comes when something was slow, so the time between that moment and
+    the task's ``created_at`` has no bound a tolerance could be set from: a
+    ``delay`` asks only that the task was scheduled, not when. Once the job
+    has started, ``run_at`` may be a retry's backoff rather than the create's
+    start, so it is no longer compared.
+    """
+    if task.started_at is not None:
+        return True
+    if request.run_at is not None:
+        return task.run_at == request.run_at
+    return (task.run_at is not None) == (request.delay is not None)

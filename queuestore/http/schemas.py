@@ -1,15 +1,28 @@
 """What the HTTP API reads and writes: request bodies and the public view of a task.
 
 A task's worker bookkeeping (lease, worker id, the answers given so far) stays
-inside the store; everything a caller can act on is here. Durations are seconds.
+inside the store; everything a caller can act on is here. Durations are seconds;
+times are RFC 3339 date-times with an offset.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import date, datetime
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from queuestore.models import Artifact, Task, TaskError, TaskStatus
 from queuestore.validation import NAME_PATTERN
@@ -39,6 +52,39 @@ JsonDocument = Annotated[
     JsonValue, WithJsonSchema({"allOf": [{"$ref": "#/components/schemas/JsonDocument"}]})
 ]
 """A JSON value the store can keep (no NUL), stated in the OpenAPI document."""
+
+MAX_SECONDS: Final = 10 * 365 * 86400
+"""The longest ``ttl`` or ``delay``: ten years."""
+
+_RFC3339: Final = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
+_CALENDAR_ENDS_PATTERN: Final = r"^(?!0001-01-01|9999-12-31)"
+
+
+def _rfc3339_text(value: object) -> object:
+    # Pydantic would also read a number, or a text of digits, as seconds since 1970, so
+    # a caller who meant a delay would get a start at once: only RFC 3339 is taken.
+    if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-12-07T14:05:00Z")
+    return value
+
+
+def _within_the_calendar(value: datetime) -> datetime:
+    # The store keeps a time in UTC, and Python's calendar stops at years 1 and 9999:
+    # on the first or the last day, an offset may carry the time past either end.
+    if value.date() in (date.min, date.max):
+        raise ValueError("must fall between 0001-01-02 and 9999-12-30")
+    return value
+
+
+StartTime = Annotated[
+    AwareDatetime,
+    BeforeValidator(_rfc3339_text),
+    AfterValidator(_within_the_calendar),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": _CALENDAR_ENDS_PATTERN}),
+]
+"""When a job may start: an RFC 3339 date-time with an offset, off the calendar's end days."""
 
 
 def _json_object(description: str) -> Any:
@@ -73,10 +119,47 @@ class CreateTask(_Body):
     ttl: float | None = Field(
         None,
         gt=0,
-        le=10 * 365 * 86400,
+        le=MAX_SECONDS,
         description="Seconds the task is kept once finished; default: the janitor's TTL.",
     )
     metadata: dict[str, JsonDocument] = _json_object("Kept verbatim with the task.")
+    run_at: StartTime | None = Field(
+        None,
+        description="When the job may start, with an offset (a time past: at once); "
+        "not with delay.",
+    )
+    delay: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="Seconds from now until the job may start; not with run_at.",
+    )
+    unique_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        pattern=NO_NUL_PATTERN,
+        description="While a live task of yours holds this key, that task is returned "
+        "instead of a new one.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "description": "run_at and delay, both given.",
+                "required": ["run_at", "delay"],
+                "properties": {"run_at": {"type": "string"}, "delay": {"type": "number"}},
+            }
+        }
+    )
+
+    @field_validator("delay")
+    @classmethod
+    def _not_with_run_at(cls, delay: float | None, info: ValidationInfo) -> float | None:
+        # On delay, as the queue's own check, so that the error names the field.
+        if delay is not None and info.data.get("run_at") is not None:
+            raise ValueError("give run_at or delay, not both")
+        return delay
 
 
 class CancelTask(_Body):
@@ -113,6 +196,11 @@ class TaskView(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     ttl: float | None = Field(description="Seconds the task is kept once finished.")
+    run_at: datetime | None = Field(description="When the job may start; null: at once.")
+    unique_key: str | None = Field(description="The key no other live task of yours holds.")
+    errors: list[TaskError] = Field(
+        description="The errors of the runs the job's retry policy retried, oldest first."
+    )
     attempt: int
     version: int = Field(description="Grows by one on every write.")
 
@@ -137,6 +225,9 @@ class TaskView(BaseModel):
             started_at=task.started_at,
             finished_at=task.finished_at,
             ttl=None if task.ttl is None else task.ttl.total_seconds(),
+            run_at=task.run_at,
+            unique_key=task.unique_key,
+            errors=task.errors,
             attempt=task.attempt,
             version=task.version,
         )

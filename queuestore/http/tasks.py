@@ -29,7 +29,7 @@ from queuestore.http.schemas import (
 )
 from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.jobs import registered_names
-from queuestore.models import TASK_ID_PATTERN, TaskStatus
+from queuestore.models import TASK_ID_PATTERN, TaskStatus, new_task_id
 from queuestore.validation import NAME_PATTERN
 
 router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
@@ -70,7 +70,13 @@ async def create_task(
         ),
     ] = None,
 ) -> TaskView:
-    """Create a task and enqueue its job (201); a retried key returns the first task (200)."""
+    """Create a task and enqueue its job (201); a retried key returns the first task (200).
+
+    With ``run_at`` or ``delay`` the job starts no earlier than that; the task
+    waits ``submitted`` until then, and a cancel before it means it never runs.
+    With ``unique_key``, while a live task of the caller holds that key, that
+    task is returned (200, ``Unique-Key-Holder: true``) and nothing is created.
+    """
     _check_job_name(service, body.name)
     key = idempotency_key
     task_id = (
@@ -78,6 +84,8 @@ async def create_task(
         if key is None
         else idempotency.task_id_for(principal, key, secret=service.idempotency_secret)
     )
+    if task_id is None and body.unique_key is not None:
+        task_id = new_task_id()  # to tell a new task from the key's holder
     try:
         task = await service.queue.submit(
             body.name,
@@ -87,9 +95,15 @@ async def create_task(
             ttl=None if body.ttl is None else timedelta(seconds=body.ttl),
             metadata=body.metadata,
             task_id=task_id,
+            run_at=body.run_at,
+            delay=None if body.delay is None else timedelta(seconds=body.delay),
+            unique_key=body.unique_key,
         )
+        if task.id != task_id and task_id is not None:
+            response.status_code = status.HTTP_200_OK
+            response.headers["Unique-Key-Holder"] = "true"
     except TaskConflict:
-        if task_id is None:
+        if key is None or task_id is None:
             raise
         task = await service.store.get(task_id, owner=principal)
         idempotency.check_replay(task, body)

@@ -46,7 +46,7 @@ class InMemoryTaskStore(TaskStore):
     def _insert(self, new: NewTask) -> tuple[Task, bool]:
         with self._changed:
             holder = self._holding(new.owner, new.unique_key)
-            if holder is not None:
+            if holder is not None and holder.id != new.id:
                 return holder, False
             if new.id in self._tasks:
                 raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)

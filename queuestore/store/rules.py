@@ -203,8 +203,9 @@ class StoreCore(ABC):
     def _insert(self, new: NewTask) -> tuple[Task, bool]:
         """Insert a row in ``submitted``, and say True; raise TaskConflict if the id exists.
 
-        With a ``unique_key`` that a live task of the owner holds, insert nothing
-        and return that task, and False.
+        With a ``unique_key`` that another live task of the owner holds, insert
+        nothing and return that task, and False (the task itself holding it is
+        an id conflict).
         """
 
     @abstractmethod

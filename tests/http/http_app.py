@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 
 from celery import Celery
 
-from queuestore import Artifact, Settings, TaskContext, job
+from queuestore import Artifact, Retry, Settings, TaskContext, job
 
 settings = Settings()
 app = settings.configure(Celery("http-tests"))
@@ -44,6 +45,16 @@ def steps(ctx: TaskContext, count: int = 10, pause: float = 0.3) -> dict[str, in
 def ask(ctx: TaskContext, question: str = "Proceed?") -> dict[str, object]:
     """Ask a question; return the answer."""
     return {"answer": ctx.request_input(question)}
+
+
+@job(
+    app,
+    name="http.flaky",
+    retry=Retry(on=(ConnectionError,), attempts=2, backoff=timedelta(milliseconds=100)),
+)
+def flaky(ctx: TaskContext, message: str = "upstream down") -> None:
+    """Raise an error its retry policy retries once: the second run fails the task."""
+    raise ConnectionError(f"{message} (run {ctx.attempt})")
 
 
 @job(app, name="http.fail")

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta, timezone
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +22,8 @@ import pytest
 from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
 from http_support import events, raw_events, snapshot, wait_for_status
 from sqlalchemy import make_url
+
+from queuestore import ANY
 
 PROBLEM = "application/problem+json"
 
@@ -198,6 +201,127 @@ def test_delete_finished_tasks_only(alice: httpx.Client, pg: HttpDeployment) -> 
     assert_problem(alice.delete(f"/tasks/{live['id']}"), 404, "task-not-found")
 
 
+def instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_create_with_a_delay_starts_the_job_no_earlier(alice: httpx.Client) -> None:
+    # The servers' schedule_ahead is 1.35 s (90% of lease - ack_after): a 1 s delay is
+    # published at once, with a countdown, and the worker holds it until the start.
+    created = create(alice, "http.add", input={"a": 2, "b": 2}, delay=1)
+    assert created["status"] == "submitted"
+    start = instant(created["run_at"])
+    assert timedelta(seconds=0.9) < start - instant(created["created_at"]) < timedelta(seconds=1.5)
+
+    done = wait_for_status(alice, created["id"], "completed")
+    assert done["result"] == 4
+    assert instant(done["started_at"]) >= start
+    assert done["run_at"] == created["run_at"]
+
+
+def test_create_with_run_at_waits_in_the_store_until_its_start(
+    alice: httpx.Client, pg: HttpDeployment
+) -> None:
+    start = datetime.now(UTC) + timedelta(hours=1)
+    given = start.astimezone(timezone(timedelta(hours=-7, minutes=-30))).isoformat()
+    created = create(alice, "http.add", input={"a": 1, "b": 1}, run_at=given)
+    try:
+        assert created["status"] == "submitted"
+        assert instant(created["run_at"]) == start
+        assert created["run_at"].endswith("Z")  # kept in UTC
+        assert alice.get(f"/tasks/{created['id']}").json()["run_at"] == created["run_at"]
+
+        # Long enough for the server's dispatch mark to be written, had it published one.
+        time.sleep(1.5)
+        store = pg.deployment.queue.store
+        never_published = store.undispatched(timedelta(0), ahead=timedelta(hours=2), limit=1000)
+        assert created["id"] in [task.id for task in never_published]
+        assert alice.get(f"/tasks/{created['id']}").json()["status"] == "submitted"
+    finally:
+        alice.post(f"/tasks/{created['id']}/cancel")
+    assert alice.get(f"/tasks/{created['id']}").json()["started_at"] is None
+
+
+@pytest.mark.parametrize(
+    ("start", "where"),
+    [
+        ({"run_at": "2031-01-01T00:00:00Z", "delay": 5}, ["body", "delay"]),
+        ({"run_at": "2031-01-01T00:00:00"}, ["body", "run_at"]),
+        ({"run_at": "1924992000"}, ["body", "run_at"]),
+        ({"run_at": 1924992000}, ["body", "run_at"]),
+        ({"run_at": "tomorrow"}, ["body", "run_at"]),
+        ({"run_at": "9999-12-31T23:00:00-05:00"}, ["body", "run_at"]),
+        ({"delay": -1}, ["body", "delay"]),
+        ({"delay": "5m"}, ["body", "delay"]),
+        ({"delay": 10 * 365 * 86400 + 1}, ["body", "delay"]),
+    ],
+    ids=[
+        "both",
+        "no-offset",
+        "digits",
+        "number",
+        "words",
+        "past-the-calendar",
+        "negative-delay",
+        "text-delay",
+        "delay-over-ten-years",
+    ],
+)
+def test_a_bad_start_is_refused_and_writes_nothing(
+    alice: httpx.Client, pg: HttpDeployment, start: dict[str, Any], where: list[str]
+) -> None:
+    store = pg.deployment.queue.store
+    before = snapshot(store)
+    response = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "b": 1}, **start})
+    problem = assert_problem(response, 422, "invalid-request")
+    assert [error["loc"] for error in problem["errors"]] == [where]
+    assert problem["detail"].startswith(".".join(where) + ": ")
+    assert snapshot(store) == before
+
+
+def test_a_live_unique_key_returns_its_holder_and_an_ended_one_is_free(
+    alice: httpx.Client, bob: httpx.Client, pg: HttpDeployment
+) -> None:
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    body = {"name": "http.add", "input": {"a": 1, "b": 1}, "run_at": later}
+    first = create(alice, **body, unique_key="refresh:acme")
+    try:
+        store = pg.deployment.queue.store
+        before = {task.id: task.version for task in store.iterate(owner=ANY)}
+        again = alice.post("/tasks", json=body | {"unique_key": "refresh:acme"})
+        assert again.status_code == 200, again.text
+        assert again.headers["unique-key-holder"] == "true"
+        assert again.json() == first
+        assert first["unique_key"] == "refresh:acme"
+        assert {task.id: task.version for task in store.iterate(owner=ANY)} == before
+        # Bob's key space is his own.
+        theirs = create(bob, **body, unique_key="refresh:acme")
+        assert theirs["id"] != first["id"]
+        bob.post(f"/tasks/{theirs['id']}/cancel")
+    finally:
+        alice.post(f"/tasks/{first['id']}/cancel")
+
+    fresh = create(alice, "http.add", input={"a": 2, "b": 2}, unique_key="refresh:acme")
+    assert fresh["id"] != first["id"]
+    assert wait_for_status(alice, fresh["id"], "completed")["result"] == 4
+    assert_problem(alice.post("/tasks", json=body | {"unique_key": ""}), 422, "invalid-request")
+
+
+def test_a_retried_job_shows_each_retried_error_and_fails_with_the_last(
+    alice: httpx.Client,
+) -> None:
+    created = create(alice, "http.flaky")
+    assert created["errors"] == []
+
+    failed = wait_for_status(alice, created["id"], "failed")
+
+    assert failed["attempt"] == 2
+    assert failed["errors"] == [
+        {"type": "ConnectionError", "message": "upstream down (run 1)", "attempt": 1}
+    ]
+    assert failed["error"]["message"] == "upstream down (run 2)"
+
+
 # -- idempotency ----------------------------------------------------------------
 
 
@@ -238,6 +362,47 @@ def test_concurrent_retries_with_one_key_make_one_task(api: Api, pg: HttpDeploym
         bad_key = client.post("/tasks", json=body, headers={"Idempotency-Key": "x" * 300})
         assert_problem(bad_key, 400, "invalid-idempotency-key")
     assert snapshot(store) == before
+
+
+def test_a_retried_scheduled_create_must_ask_for_the_same_start(api: Api) -> None:
+    start = datetime.now(UTC) + timedelta(hours=1)
+    body = {"name": "http.add", "input": {"a": 1, "b": 2}}
+    made: list[str] = []
+    with api.client("token-alice", **{"Idempotency-Key": uuid.uuid4().hex}) as client:
+        first = client.post("/tasks", json=body | {"run_at": start.isoformat()})
+        assert first.status_code == 201, first.text
+        made.append(first.json()["id"])
+        # The same instant, written with another offset, is the same request.
+        elsewhere = start.astimezone(timezone(timedelta(hours=9))).isoformat()
+        again = client.post("/tasks", json=body | {"run_at": elsewhere})
+        assert again.status_code == 200, again.text
+        assert again.json() == first.json()
+        for other in (body | {"run_at": (start + timedelta(seconds=1)).isoformat()}, body):
+            assert_problem(client.post("/tasks", json=other), 422, "idempotency-key-reused")
+    with api.client("token-alice", **{"Idempotency-Key": uuid.uuid4().hex}) as client:
+        first = client.post("/tasks", json=body | {"delay": 3600})
+        assert first.status_code == 201, first.text
+        made.append(first.json()["id"])
+        # A delay runs from the first attempt, which a retry cannot know: any delay
+        # replays the scheduled task, and its start stays the first one.
+        for delay in (3600, 60):
+            again = client.post("/tasks", json=body | {"delay": delay})
+            assert again.status_code == 200, again.text
+            assert again.json()["run_at"] == first.json()["run_at"]
+        assert_problem(client.post("/tasks", json=body), 422, "idempotency-key-reused")
+    with api.client("token-alice", **{"Idempotency-Key": uuid.uuid4().hex}) as client:
+        # Once the job has run, run_at may be a retry's backoff: the start is not compared.
+        first = client.post("/tasks", json=body)
+        assert first.status_code == 201, first.text
+        wait_for_status(client, first.json()["id"], "completed")
+        again = client.post("/tasks", json=body | {"delay": 0})
+        assert again.status_code == 200, again.text
+        assert again.json()["id"] == first.json()["id"]
+    with api.client("token-alice") as client:
+        versions = [client.get(f"/tasks/{task_id}").json()["version"] for task_id in made]
+        assert versions == [1, 1]  # the replays and refusals wrote nothing
+        for task_id in made:
+            client.post(f"/tasks/{task_id}/cancel")
 
 
 # -- owners -------------------------------------------------------------------
@@ -518,6 +683,12 @@ def test_openapi_document_and_dashboard(api: Api) -> None:
             "/readyz",
         }
         assert "Problem" in document["components"]["schemas"]
+        schemas = document["components"]["schemas"]
+        create_fields = schemas["CreateTask"]["properties"]
+        assert create_fields["run_at"]["anyOf"][0]["format"] == "date-time"
+        assert create_fields["delay"]["anyOf"][0]["minimum"] == 0
+        assert schemas["CreateTask"]["not"]["required"] == ["run_at", "delay"]
+        assert "run_at" in schemas["TaskView"]["required"]
         page = client.get("/dashboard")
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")

@@ -3,7 +3,8 @@
 Signed in as Alice, the page lists her tasks and not Bob's; a task created
 after the page loaded appears, and its worker's progress moves, without a
 reload (the page's event stream); the cancel button cancels it in the store, and the
-resume button answers a task that waits for input.
+resume button answers a task that waits for input; a scheduled task that has not
+started shows when it starts.
 At 1280 px the table fits its panel, only a running job without progress draws a moving
 bar, a failed row shows its error, and an injected inline handler does not run (the
 policy allows the page's own script by digest). Screenshots are saved in the test's
@@ -16,6 +17,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
@@ -159,3 +161,40 @@ def test_dashboard_at_1280_fits_its_panel_and_shows_what_each_row_is(
         browser.wait("window.failedToLoad === true", what="the injected image's error event")
         assert browser.evaluate("window.injected === undefined")
         alice.post(f"/tasks/{running['id']}/cancel", json={})
+
+
+def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Api) -> None:
+    start = datetime.now(UTC) + timedelta(hours=1)
+    with api.client("token-alice") as alice:
+        done = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "b": 2}}).json()
+        wait_for_status(alice, done["id"], "completed")
+        scheduled = alice.post(
+            "/tasks",
+            json={"name": "http.add", "input": {"a": 2, "b": 3}, "run_at": start.isoformat()},
+        ).json()
+        try:
+            browser.navigate(f"{api.url}/dashboard")
+            browser.evaluate(
+                "document.getElementById('token').value = 'token-alice';"
+                "document.querySelector('#signin button[type=submit]').click()"
+            )
+            starts = f"{row(scheduled['id'])}?.querySelector('td.message time.starts')"
+            browser.wait(f"{starts} != null", what="the scheduled task's start")
+            assert browser.evaluate(f"{starts}.dateTime") == scheduled["run_at"]
+            # In the browser's time zone, as the updated column.
+            local = f"new Date({json.dumps(scheduled['run_at'])}).toLocaleTimeString()"
+            text = browser.evaluate(f"{starts}.textContent")
+            assert text.startswith("starts ")
+            assert text.endswith(browser.evaluate(local))
+            message = f"{row(scheduled['id'])}.querySelector('td.message')"
+            assert browser.evaluate(f"{message}.title") == scheduled["run_at"]
+            assert browser.evaluate(f"{row(done['id'])}.querySelector('time.starts')") is None
+
+            browser.evaluate(f"{row(scheduled['id'])}.click()")
+            browser.wait("document.getElementById('detail').dataset.taskId", what="the detail")
+            details = browser.evaluate("document.querySelector('#detail dl').innerText")
+            assert f"scheduled\n{scheduled['run_at']}" in details
+        finally:
+            alice.post(f"/tasks/{scheduled['id']}/cancel", json={})
+        browser.wait(f"{row(scheduled['id'])}.dataset.status === 'cancelled'", what="cancelled")
+        assert browser.evaluate(f"{row(scheduled['id'])}.querySelector('time.starts')") is None

@@ -38,7 +38,8 @@ def test_a_start_time_is_kept_in_utc_and_read_back(store: TaskStore) -> None:
 
 
 def test_a_bad_start_time_is_refused_and_writes_nothing(store: TaskStore) -> None:
-    for wrong in (datetime(2031, 1, 1), "2031-01-01T00:00:00Z", 1_900_000_000):
+    edge = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=2)))  # before year 1 in UTC
+    for wrong in (datetime(2031, 1, 1), "2031-01-01T00:00:00Z", 1_900_000_000, edge):
         with pytest.raises(InvalidTaskData, match="run_at"):
             store.create("x.y", run_at=wrong, task_id="t-refused")  # type: ignore[arg-type]
     with pytest.raises(InvalidTaskData, match="only a job"):

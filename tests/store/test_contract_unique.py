@@ -67,11 +67,14 @@ def test_a_taken_id_is_still_a_conflict_and_a_bad_key_is_refused(store: TaskStor
     store.create("x.y", task_id="t-1")
     with pytest.raises(TaskConflict):
         store.create("x.y", task_id="t-1", unique_key="fresh")
+    store.create("x.y", task_id="t-2", unique_key="held")
+    with pytest.raises(TaskConflict):  # the same task again: its id is taken
+        store.create("x.y", task_id="t-2", unique_key="held")
     for wrong in ("", "x" * 257, "a\x00b", 7):
         with pytest.raises(InvalidTaskData, match="unique_key"):
             store.create("x.y", unique_key=wrong)  # type: ignore[arg-type]
 
-    assert store.count() == 1
+    assert store.count() == 2
 
 
 def test_observers_hear_only_of_the_task_created(store: TaskStore) -> None:

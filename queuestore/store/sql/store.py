@@ -170,7 +170,7 @@ class SqlTaskStore(TaskStore):
                 if new.unique_key is None:
                     raise
                 holder = self._key_holder(new.owner, new.unique_key)
-                if holder is not None:
+                if holder is not None and holder.id != new.id:
                     return holder, False
                 if self._fetch(new.id, OwnerScope(unscoped=True)) is not None:
                     raise
