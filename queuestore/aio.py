@@ -11,6 +11,7 @@ notifications or the broker, keep the thread.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
@@ -64,6 +65,10 @@ class AsyncTaskStore:
             run_at=run_at,
             unique_key=unique_key,
         )
+
+    async def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
+        """See :meth:`TaskStore.create_many`."""
+        return await self.sync.run_async(self.sync.create_many, builtins.list(tasks))
 
     async def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
         """See :meth:`TaskStore.get`."""
@@ -207,6 +212,10 @@ class AsyncTaskQueue:
             delay=delay,
             unique_key=unique_key,
         )
+
+    async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
+        """See :meth:`TaskQueue.submit_many`."""
+        return await asyncio.to_thread(self.sync.submit_many, builtins.list(tasks))
 
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskQueue.cancel`."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -202,6 +202,69 @@ class TaskQueue:
             self.dispatch(task)
         return task
 
+    def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Task]:
+        """:meth:`submit` for many tasks: one transaction, then one broker connection.
+
+        Each item holds :meth:`submit`'s arguments by name (``name`` is
+        required; ``delay`` included). The tasks are committed together, all
+        or none (:meth:`TaskStore.create_many <queuestore.TaskStore.create_many>`),
+        then their messages are published on one connection, in the order
+        given; if the broker fails part way, the rest wait in the store for the
+        dispatcher sweep, as for :meth:`submit`. An item whose ``unique_key`` a
+        live task holds gives that task, published once already.
+
+        Raises:
+            InvalidTaskData: an item is invalid (the field says which, as
+                ``tasks[3].input``); nothing is written.
+            TaskConflict: a ``task_id`` is already taken; nothing is written.
+        """
+        items = [self._creation(index, item) for index, item in enumerate(tasks)]
+        created = self.store.create_many(items)
+        new = [
+            task
+            for task, item in zip(created, items, strict=True)
+            if task.id == item["task_id"]
+            and (task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead)
+        ]
+        self._publish_all(new)
+        return created
+
+    def _creation(self, index: int, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments of ``create`` for one item of :meth:`submit_many`."""
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise InvalidTaskData(
+                "must be a mapping of submit's arguments, with name", field=f"tasks[{index}]"
+            )
+        arguments = dict(item)
+        registered = registered_job(self.app, arguments["name"])
+        try:
+            if registered is not None:
+                registered.check_input(arguments.get("input") or {})
+            arguments["run_at"] = _start(arguments.get("run_at"), arguments.pop("delay", None))
+        except InvalidTaskData as exc:
+            field = f"tasks[{index}]" if exc.field is None else f"tasks[{index}].{exc.field}"
+            raise InvalidTaskData(str(exc).removeprefix(f"{exc.field}: "), field=field) from None
+        if arguments.get("task_id") is None:
+            arguments["task_id"] = new_task_id()  # to tell a new task from a key's holder
+        return arguments
+
+    def _publish_all(self, tasks: list[Task]) -> None:
+        """Publish the messages of ``tasks`` on one connection, until the broker fails."""
+        if not tasks:
+            return
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for published, task in enumerate(tasks):
+                    if not self.dispatch(task, producer=producer):
+                        log.warning(
+                            "%d of %d submitted tasks stay queued in the store",
+                            len(tasks) - published,
+                            len(tasks),
+                        )
+                        return
+        except _BROKER_ERRORS as exc:
+            log.warning("%d submitted tasks stay queued in the store: %s", len(tasks), exc)
+
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """Cancel a task: compare-and-set in the store, then revoke its job.
 
@@ -249,17 +312,18 @@ class TaskQueue:
 
     # -- dispatching --------------------------------------------------------
 
-    def dispatch(self, task: Task, *, countdown: float | None = None) -> bool:
+    def dispatch(self, task: Task, *, countdown: float | None = None, producer: Any = None) -> bool:
         """Publish the message for the task's next run; False if the broker is down.
 
         A scheduled task's message waits (``countdown``) until its start.
+        ``producer``: a kombu producer to publish with (one connection for many).
         """
         if task.run_at is not None:
             until_start = (task.run_at - datetime.now(UTC)).total_seconds()
             if until_start > (countdown or 0):
                 countdown = until_start
         try:
-            self.publish(task, countdown=countdown)
+            self.publish(task, countdown=countdown, producer=producer)
         except BrokerUnavailable as exc:
             log.warning(
                 "task %s stays queued in the store: %s", task.id, exc.__cause__, extra=about(task)
@@ -268,7 +332,7 @@ class TaskQueue:
         self.dispatch_marks.add(task)
         return True
 
-    def publish(self, task: Task, *, countdown: float | None = None) -> None:
+    def publish(self, task: Task, *, countdown: float | None = None, producer: Any = None) -> None:
         """Send the Celery message for ``task``, whose Celery id is the task id.
 
         Raises:
@@ -282,6 +346,7 @@ class TaskQueue:
                 countdown=countdown,
                 retry=True,
                 retry_policy=_PUBLISH_RETRY,
+                **({} if producer is None else {"producer": producer}),
             )
         except _BROKER_ERRORS as exc:
             raise BrokerUnavailable(f"could not publish task {task.id}: {exc}") from exc

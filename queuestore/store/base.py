@@ -10,6 +10,7 @@ the workers' verbs (claim, heartbeat, report, reap) in
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -109,10 +110,85 @@ class TaskStore(WorkerProtocol):
                 unique_key.
             TaskConflict: ``task_id`` is already taken.
         """
+        new = self._new_task(
+            name,
+            input,
+            owner=owner,
+            context_id=context_id,
+            ttl=ttl,
+            metadata=metadata,
+            task_id=task_id,
+            job=job,
+            run_at=run_at,
+            unique_key=unique_key,
+        )
+        task, created = self._insert(new)
+        self._announce_created([(task, created)])
+        return task
+
+    def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
+        """Persist many new tasks in one transaction, all or none: :meth:`create` for each.
+
+        Each item holds :meth:`create`'s arguments by name (``name`` is required).
+        The tasks are inserted in as few statements as the database allows,
+        and returned in the order given; an item whose ``unique_key`` a live
+        task holds (an earlier item included) gives that task, as :meth:`create` does.
+
+        Raises:
+            InvalidTaskData: an item is invalid (the field says which, as
+                ``tasks[3].input``), or two items have one ``task_id``; nothing
+                is written.
+            TaskConflict: a ``task_id`` is already taken; nothing is written.
+        """
+        news = [self._new_item(index, item) for index, item in enumerate(tasks)]
+        ids = [new.id for new in news]
+        if len(set(ids)) != len(ids):
+            raise InvalidTaskData("two items have the same task_id", field="tasks")
+        if not news:
+            return []
+        results = self._insert_many(news)
+        self._announce_created(results)
+        return [task for task, _ in results]
+
+    def _new_item(self, index: int, item: Mapping[str, Any]) -> NewTask:
+        """One item of :meth:`create_many`, checked as :meth:`create` checks its arguments."""
+        where = f"tasks[{index}]"
+        if not isinstance(item, Mapping) or "name" not in item:
+            raise InvalidTaskData("must be a mapping of create's arguments, with name", field=where)
+        try:
+            return self._new_task(**item)
+        except TypeError as exc:  # an argument create does not take
+            raise InvalidTaskData(str(exc).split("() ", 1)[-1], field=where) from None
+        except InvalidTaskData as exc:
+            field = where if exc.field is None else f"{where}.{exc.field}"
+            message = str(exc).removeprefix(f"{exc.field}: ")
+            raise InvalidTaskData(message, field=field) from None
+
+    def _announce_created(self, results: Iterable[tuple[Task, bool]]) -> None:
+        for task, created in results:
+            if created:
+                for observer in self._observers:
+                    observer.created(task)
+
+    def _new_task(
+        self,
+        name: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        context_id: str | None = None,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+        job: bool = True,
+        run_at: datetime | None = None,
+        unique_key: str | None = None,
+    ) -> NewTask:
+        """The checked row :meth:`create` inserts."""
         owner = check.label(owner, "owner")
         if owner is None and self.require_owner:
             raise InvalidTaskData("is required by this store", field="owner")
-        new = NewTask(
+        return NewTask(
             id=new_task_id() if task_id is None else check.task_id(task_id),
             name=check.name(name),
             input=check.json_object(input, "input", self.max_payload_bytes),
@@ -124,11 +200,6 @@ class TaskStore(WorkerProtocol):
             run_at=check.run_at(run_at, job=job is True),
             unique_key=check.label(unique_key, "unique_key"),
         )
-        task, created = self._insert(new)
-        if created:
-            for observer in self._observers:
-                observer.created(task)
-        return task
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
         """The task, as last committed.

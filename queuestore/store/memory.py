@@ -45,16 +45,28 @@ class InMemoryTaskStore(TaskStore):
 
     def _insert(self, new: NewTask) -> tuple[Task, bool]:
         with self._changed:
-            holder = self._holding(new.owner, new.unique_key)
-            if holder is not None and holder.id != new.id:
-                return holder, False
-            if new.id in self._tasks:
-                raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
-            task = new.stamped(self._now())
-            self._tasks[task.id] = task
-            if not new.job:
-                self._records.add(task.id)
-            return task, True
+            return self._inserted(new)
+
+    def _inserted(self, new: NewTask) -> tuple[Task, bool]:
+        """:meth:`_insert`, the lock held."""
+        holder = self._holding(new.owner, new.unique_key)
+        if holder is not None and holder.id != new.id:
+            return holder, False
+        if new.id in self._tasks:
+            raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
+        task = new.stamped(self._now())
+        self._tasks[task.id] = task
+        if not new.job:
+            self._records.add(task.id)
+        return task, True
+
+    def _insert_many(self, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        with self._changed:
+            for new in news:
+                holder = self._holding(new.owner, new.unique_key)
+                if new.id in self._tasks and (holder is None or holder.id == new.id):
+                    raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
+            return [self._inserted(new) for new in news]
 
     def _holding(self, owner: str | None, unique_key: str | None) -> Task | None:
         """The live task of ``owner`` that holds ``unique_key``, if any (the lock held)."""

@@ -209,6 +209,13 @@ class StoreCore(ABC):
         """
 
     @abstractmethod
+    def _insert_many(self, news: Sequence[NewTask]) -> builtins.list[tuple[Task, bool]]:
+        """:meth:`_insert` for each of ``news`` (distinct ids), in one transaction.
+
+        A taken id raises TaskConflict and inserts none of them.
+        """
+
+    @abstractmethod
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
         """The task if it exists and is visible in ``scope``."""
 

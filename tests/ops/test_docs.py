@@ -42,6 +42,7 @@ LAYOUT = [
     "howto/schedule-tasks.md",
     "howto/retry-jobs.md",
     "howto/unique-tasks.md",
+    "howto/submit-many.md",
     "howto/metrics.md",
     "reference/configuration.md",
     "reference/http-api.md",

@@ -10,7 +10,7 @@ The table and what a statement returns: :data:`TABLE`, :data:`COLUMNS`,
 
 The statements:
 
-- :func:`insert_task`: a new task, in ``submitted``.
+- :func:`insert_task`: a new task, in ``submitted``; :func:`insert_tasks`, many.
 - :func:`fetch_task`: one task by id, within an owner scope.
 - :func:`key_holder`: the live task that holds a unique key.
 - :func:`write_task`: every status write and change of a live task, one
@@ -57,7 +57,11 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy import (
+    column as sql_column,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.sql import ClauseElement, Delete, Select, TextClause, Update
 
 from queuestore.models import LIVE, TERMINAL, TaskStatus
@@ -235,17 +239,56 @@ _EMPTY_LIST: ColumnElement[Any] = literal_column("'[]'")
 parameter on every call, and a JSON one through the engine's serializer."""
 
 
+NEW_FIELDS: Final = (
+    *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
+    "unique_key",
+)
+"""The columns a new task's parameters give; the rest are constants or the clock."""
+
+
 def insert_task(clock: Clock) -> ClauseElement:
     """Insert a task in ``submitted``; parameters are the new task's fields.
 
     Returns the columns :data:`INSERTED` names.
     """
-    now = clock.now()
-    given = (
-        *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
-        "unique_key",
+    return insert(TABLE).values(_new_row(clock.now())).returning(*INSERTED)
+
+
+def insert_tasks(clock: Clock) -> ClauseElement:
+    """Insert tasks in ``submitted``, skipping a row a unique index refuses (a taken id,
+    a held unique key): returns ``id`` and :data:`INSERTED` of the rows inserted.
+
+    On PostgreSQL it is one statement whatever the count: the parameter
+    ``rows`` is a JSON array of the tasks' :data:`NEW_FIELDS`, read by
+    ``jsonb_to_recordset``. On SQLite it is executed with one parameter set per
+    task, which SQLAlchemy sends as multi-row ``INSERT ... VALUES`` statements
+    ("insertmanyvalues"). Each row's timestamp is its own (PostgreSQL's
+    ``clock_timestamp()``, once per row; the parameter ``created_at`` on
+    SQLite), so a listing keeps the tasks in the order given.
+    """
+    if not clock.database_clock:
+        stamped = _new_row(bindparam("created_at", type_=UTCDateTime))
+        rows = sqlite.insert(TABLE).values(stamped).on_conflict_do_nothing()
+        return rows.returning(C.id, *INSERTED)
+    records = (
+        func.jsonb_to_recordset(bindparam("rows", type_=JSONB()))
+        .table_valued(*[sql_column(name, C[name].type) for name in NEW_FIELDS], name="new")
+        .render_derived(with_types=True)
     )
-    values: dict[str, Any] = {name: bindparam(name, type_=C[name].type) for name in given}
+    # A volatile function in a subquery's list is evaluated once per row there.
+    new = select(*records.c, func.clock_timestamp().cast(UTCDateTime).label("stamp")).subquery(
+        "new_rows"
+    )
+    fixed = _new_row(new.c.stamp)
+    names = [*NEW_FIELDS, *(name for name in fixed if name not in NEW_FIELDS)]
+    chosen = select(*(new.c[name] if name in NEW_FIELDS else fixed[name] for name in names))
+    inserted = postgresql.insert(TABLE).from_select(names, chosen).on_conflict_do_nothing()
+    return inserted.returning(C.id, *INSERTED)
+
+
+def _new_row(now: ColumnElement[datetime]) -> dict[str, Any]:
+    """The values of a new task's row: its fields as parameters, the rest as constants."""
+    values: dict[str, Any] = {name: bindparam(name, type_=C[name].type) for name in NEW_FIELDS}
     values |= {
         "status": _sql_text(TaskStatus.SUBMITTED.value),
         "artifacts": _EMPTY_LIST,
@@ -256,7 +299,7 @@ def insert_task(clock: Clock) -> ClauseElement:
         "attempt": literal_column("0"),
         "version": literal_column("1"),
     }
-    return insert(TABLE).values(values).returning(*INSERTED)
+    return values
 
 
 def key_holder(owned: bool, returning: Sequence[ColumnElement[Any]] = COLUMNS) -> ClauseElement:

@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mappi
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Engine
-from sqlalchemy.sql import ClauseElement, Select
+from sqlalchemy import ColumnElement, Connection, Engine
+from sqlalchemy.sql import ClauseElement, Executable, Select
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
@@ -36,6 +36,9 @@ from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor
 from queuestore.store.sql.queries import WriteShape
 from queuestore.watch import Listener, StatusChange
+
+_TICK = timedelta(microseconds=1)
+"""What separates the timestamps of a batch's rows on SQLite, to keep their order."""
 
 _KEY_RACES = 3
 """Inserts a unique task tries while the task holding its key keeps ending in between."""
@@ -177,25 +180,80 @@ class SqlTaskStore(TaskStore):
                 # The holder ended between the insert and the read: the key is free.
         raise TaskConflict(f"unique key {new.unique_key!r} kept changing hands", task_id=new.id)
 
+    def _insert_many(self, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
+        transactional = self.engine.execution_options(isolation_level=level)
+        statement = cast(Executable, queries.insert_tasks(self._clock))
+        done: dict[str, tuple[Task, bool]] = {}
+        with self._executor.guard(), transactional.begin() as connection:
+            waiting = list(news)
+            for _ in range(_KEY_RACES):
+                inserted = self._insert_rows(connection, statement, waiting)
+                done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
+                waiting = self._held_or_taken(connection, waiting, inserted, done)
+                if not waiting:
+                    return [done[new.id] for new in news]
+        raise TaskConflict("unique keys kept changing hands during the insert")
+
+    def _insert_rows(
+        self, connection: Connection, statement: Executable, news: Sequence[NewTask]
+    ) -> dict[str, Task]:
+        """Insert ``news`` in multi-row statements; the tasks inserted, by id."""
+        fields = [self._row_params(new) for new in news]
+        if self._postgres:  # one statement, the rows as one JSON array
+            rows = connection.execute(statement, {"rows": fields}).mappings().all()
+        else:
+            now = datetime.now(UTC)
+            stamped = [row | {"created_at": now + i * _TICK} for i, row in enumerate(fields)]
+            rows = connection.execute(statement, stamped).mappings().all()
+        by_id = {new.id: new for new in news}
+        return {
+            row["id"]: replace(
+                by_id[row["id"]], input=row["input"], metadata=row["metadata"]
+            ).stamped(row["created_at"])
+            for row in rows
+        }
+
+    def _held_or_taken(
+        self,
+        connection: Connection,
+        news: Sequence[NewTask],
+        inserted: Mapping[str, Task],
+        done: dict[str, tuple[Task, bool]],
+    ) -> list[NewTask]:
+        """Of ``news`` not ``inserted``: each key holder goes in ``done``; a taken id
+        raises TaskConflict (rolling the batch back); the rest may try again."""
+        again = []
+        for new in news:
+            if new.id in inserted:
+                continue
+            holder = None
+            if new.unique_key is not None:
+                rows = connection.execute(
+                    cast(Executable, queries.key_holder(new.owner is not None)),
+                    {"owner": new.owner, "unique_key": new.unique_key},
+                ).mappings()
+                holder = next((codec.task(dict(row)) for row in rows), None)
+            if holder is not None and holder.id != new.id:
+                done[new.id] = (holder, False)
+            elif holder is not None or self._id_taken(connection, new.id):
+                raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
+            else:
+                again.append(new)  # its key's holder ended in between
+        return again
+
+    @staticmethod
+    def _id_taken(connection: Connection, task_id: str) -> bool:
+        rows = connection.execute(cast(Executable, queries.fetch_task("any")), {"task_id": task_id})
+        return rows.first() is not None
+
     def _key_holder(self, owner: str | None, unique_key: str) -> Task | None:
         params = {"owner": owner, "unique_key": unique_key}
         build = functools.partial(queries.key_holder, owner is not None)
         return self._run(("key_holder", owner is not None), build, params, read=True)
 
     def _insert_row(self, new: NewTask) -> Task:
-        params = {
-            "id": new.id,
-            "name": new.name,
-            "input": new.input,
-            "owner": new.owner,
-            "context_id": new.context_id,
-            "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
-            "metadata": new.metadata,
-            "job": new.job,
-            "run_at": new.run_at,
-            "unique_key": new.unique_key,
-        }
-        params |= self._clock_params()
+        params = self._row_params(new) | self._clock_params()
         prepared = self._executor.prepare(
             "insert", lambda: queries.insert_task(self._clock), queries.INSERTED
         )
@@ -207,6 +265,22 @@ class SqlTaskStore(TaskStore):
         (row,) = rows
         kept = replace(new, input=row["input"], metadata=row["metadata"])
         return kept.stamped(row["created_at"])
+
+    @staticmethod
+    def _row_params(new: NewTask) -> dict[str, Any]:
+        """The parameters of a new task's row."""
+        return {
+            "id": new.id,
+            "name": new.name,
+            "input": new.input,
+            "owner": new.owner,
+            "context_id": new.context_id,
+            "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
+            "metadata": new.metadata,
+            "job": new.job,
+            "run_at": new.run_at,
+            "unique_key": new.unique_key,
+        }
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
         kind = queries.scope_kind(scope)
