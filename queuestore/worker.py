@@ -56,6 +56,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+_EARLY_AGAIN = 0.5
+"""The shortest wait before an early message's task is offered again, in seconds."""
+
+
 @dataclass
 class Job:
     """A function registered as a queuestore job on a Celery app."""
@@ -157,7 +161,7 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
         worker_id = new_worker_id()
         task = settings.store.claim(task_id, worker_id, settings.lease)
         if task is None:
-            log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
+            _put_back_if_early(settings, task_id)
             return None
         run = Run(settings, task, worker_id)
         heartbeat.add(run)
@@ -172,6 +176,31 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
         if policy is not None:
             return _record_retry(run, outcome, policy)
         return _record(run, outcome)
+
+
+def _put_back_if_early(settings: RunSettings, task_id: str) -> None:
+    """After a refused claim: publish again a task whose message came before its start.
+
+    Any other refusal (a duplicate message, a cancelled, parked or deleted
+    task) drops the message. A message comes early when its publisher's clock
+    runs ahead of the store's, or when something published it without the
+    countdown ``TaskQueue.dispatch`` gives.
+    """
+    try:
+        task = settings.store.get(task_id)
+    except TaskNotFound:
+        task = None
+    if task is None or task.run_at is None or task.worker_id is not None:
+        log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
+        return
+    if task.status not in (TaskStatus.SUBMITTED, TaskStatus.WORKING):
+        log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
+        return
+    # Unclaimed and pending, yet refused: its start has not come on the store's clock.
+    # This process's clock may be ahead of it: wait at least a moment, not a busy loop.
+    wait = max((task.run_at - datetime.now(UTC)).total_seconds(), _EARLY_AGAIN)
+    log.info("task %s: its message came before its start; published again in %.3fs", task_id, wait)
+    settings.dispatch(task, countdown=wait)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from worker.support import Published
 from queuestore import InMemoryTaskStore, InvalidTaskData, TaskQueue, TaskStatus
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
+from queuestore.worker import execute, job
 
 AHEAD = timedelta(seconds=12)
 
@@ -156,3 +157,34 @@ def test_the_setting_reaches_the_queue(app: Celery, monkeypatch: pytest.MonkeyPa
     queue = settings.make_queue(app, store=InMemoryTaskStore(), beat=False)
 
     assert queue.schedule_ahead == timedelta(seconds=5)
+
+
+def test_a_message_that_comes_before_the_start_is_published_again_for_it(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    calls: list[int] = []
+    registered = job(app, name="x.y")(lambda ctx: calls.append(1))
+    task = queue.submit("x.y", delay=timedelta(seconds=3))
+    published.messages.clear()
+
+    assert execute(queue, registered, task.id) is None  # early: not run
+
+    assert calls == []
+    (again,) = published.messages
+    assert again["task_id"] == task.id
+    assert 2 < again["countdown"] <= 3
+    assert queue.store.get(task.id).status is TaskStatus.SUBMITTED
+
+
+def test_a_duplicate_or_cancelled_message_is_dropped_not_published_again(
+    app: Celery, queue: TaskQueue, published: Published
+) -> None:
+    registered = job(app, name="x.y")(lambda ctx: None)
+    cancelled = queue.submit("x.y", delay=timedelta(seconds=3))
+    queue.cancel(cancelled.id)
+    published.messages.clear()
+
+    assert execute(queue, registered, cancelled.id) is None
+    assert execute(queue, registered, "missing-task") is None
+
+    assert published.messages == []

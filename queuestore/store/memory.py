@@ -85,7 +85,7 @@ class InMemoryTaskStore(TaskStore):
     def _write(self, task_id: str, write: Write) -> Task | None:
         with self._changed:
             task = self._tasks.get(task_id)
-            if task is None or not _matches(task, write):
+            if task is None or not _matches(task, write, self._now()):
                 return None
             now = self._now()
             update: dict[str, Any] = {
@@ -273,9 +273,10 @@ class InMemoryTaskStore(TaskStore):
                 self._listeners.remove(inbox)
 
 
-def _matches(task: Task, write: Write) -> bool:
+def _matches(task: Task, write: Write, now: datetime) -> bool:
     return (
-        write.scope.admits(task.owner)
+        (write.claim is None or task.run_at is None or task.run_at <= now)
+        and write.scope.admits(task.owner)
         and task.status in write.from_statuses
         and (write.expected_version is None or task.version == write.expected_version)
         and (write.fence is UNSET or task.worker_id == write.fence)

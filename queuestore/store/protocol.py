@@ -45,7 +45,10 @@ class WorkerProtocol(StoreCore):
         """Take an unclaimed task for one run: ``working``, leased to ``worker_id``.
 
         Returns None when the task is claimed, parked, terminal or gone: the
-        message that asked for this run is a duplicate and should be dropped.
+        message that asked for this run is a duplicate and should be dropped;
+        or when its start (``run_at``) has not come on the store's clock: the
+        message came early, and the task should be published again for its
+        start (the worker does: :func:`queuestore.worker.execute`).
         """
         write = Write(
             scope=OwnerScope(unscoped=True),

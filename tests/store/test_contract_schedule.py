@@ -97,7 +97,7 @@ def test_the_sweep_orders_scheduled_and_unscheduled_jobs_by_when_they_became_due
 def test_a_published_claimed_or_cancelled_scheduled_job_is_not_due(store: TaskStore) -> None:
     start = datetime.now(UTC) + timedelta(seconds=5)
     published = store.create("x.y", run_at=start)
-    claimed = store.create("x.y", run_at=start)
+    claimed = store.create("x.y", run_at=datetime.now(UTC))  # its start has come
     cancelled = store.create("x.y", run_at=start)
     waiting = store.create("x.y", run_at=start)
     store.mark_dispatched(published.id)
@@ -126,3 +126,14 @@ def test_the_backlog_counts_a_scheduled_job_once_its_start_is_late(store: TaskSt
 
     assert store.outbox_backlog() == 2
     assert store.outbox_backlog(timedelta(minutes=5)) == 1
+
+
+def test_a_claim_before_the_start_is_refused(store: TaskStore) -> None:
+    later = store.create("x.y", run_at=datetime.now(UTC) + timedelta(hours=1))
+    due = store.create("x.y", run_at=datetime.now(UTC) - timedelta(seconds=1))
+
+    assert store.claim(later.id, "w1", LEASE) is None
+    assert store.get(later.id) == later  # nothing written
+    claimed = store.claim(due.id, "w1", LEASE)
+    assert claimed is not None
+    assert claimed.status is TaskStatus.WORKING

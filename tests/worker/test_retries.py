@@ -51,11 +51,15 @@ def test_a_retried_error_waits_for_its_next_run_then_the_last_one_fails_the_task
     assert countdown is not None
     assert 0 < countdown <= 0.1
 
+    assert execute(queue, registered, task.id) is None  # before its backoff: put back
+    assert len(calls) == 1
+    time.sleep(0.1)
     second = execute(queue, registered, task.id)
     assert second is not None
     assert [e.attempt for e in second.errors] == [1, 2]
     assert 0.1 < published.messages[-1]["countdown"] <= 0.2  # doubled
 
+    time.sleep(0.2)
     last = execute(queue, registered, task.id)
 
     assert last is not None
@@ -63,7 +67,7 @@ def test_a_retried_error_waits_for_its_next_run_then_the_last_one_fails_the_task
     assert last.error is not None
     assert last.error.type.endswith("UpstreamDown")
     assert len(last.errors) == 2  # the retried runs; the last error is last.error
-    assert (last.attempt, len(calls), len(published.messages)) == (3, 3, 3)
+    assert (last.attempt, len(calls), len(published.messages)) == (3, 3, 4)  # one put back
 
 
 def test_an_error_the_policy_does_not_name_fails_at_once(app: Celery, queue: TaskQueue) -> None:

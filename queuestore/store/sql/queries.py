@@ -625,6 +625,9 @@ def write_task(
     if shape.based:
         # The caller's copy is of this row, not of one deleted since under the same id.
         conditions.append(C.created_at == bindparam("base_created_at", type_=UTCDateTime))
+    if shape.claim:
+        # Never before its start, on the store's clock, whoever published it early.
+        conditions.append(or_(C.run_at.is_(None), C.run_at <= clock.now()))
     # Announce the change in the same statement, hence the same commit.
     change = C.id.concat(_sql_text(":")).concat(C.status)  # in RETURNING: the row as written
     notices = [
