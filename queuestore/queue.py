@@ -249,21 +249,34 @@ class TaskQueue:
         return arguments
 
     def _publish_all(self, tasks: list[Task]) -> None:
-        """Publish the messages of ``tasks`` on one connection, until the broker fails."""
+        """Publish the messages of ``tasks`` in kombu's publish batches on one connection.
+
+        On Redis a batch is one pipeline of commands per :data:`_PUBLISH_BATCH`
+        messages (kombu's ``Producer.batch``; other transports publish each at
+        once). Only once every message went out are the dispatch marks taken:
+        if the broker fails part way, none is marked, and the dispatcher sweep
+        publishes them all again (the claim drops a second message).
+        """
         if not tasks:
             return
+        connection = self.app.connection_for_write()
+        failures = (
+            BrokerUnavailable,
+            *_BROKER_ERRORS,
+            *connection.connection_errors,
+            *connection.channel_errors,
+        )
         try:
-            with self.app.producer_or_acquire() as producer:
-                for published, task in enumerate(tasks):
-                    if not self.dispatch(task, producer=producer):
-                        log.warning(
-                            "%d of %d submitted tasks stay queued in the store",
-                            len(tasks) - published,
-                            len(tasks),
-                        )
-                        return
-        except _BROKER_ERRORS as exc:
+            with self.app.producer_or_acquire() as producer, producer.batch(_PUBLISH_BATCH):
+                for task in tasks:
+                    self.publish(task, countdown=_countdown(task, None), producer=producer)
+        except failures as exc:
             log.warning("%d submitted tasks stay queued in the store: %s", len(tasks), exc)
+            return
+        finally:
+            connection.release()
+        for task in tasks:
+            self.dispatch_marks.add(task)
 
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """Cancel a task: compare-and-set in the store, then revoke its job.
@@ -318,12 +331,8 @@ class TaskQueue:
         A scheduled task's message waits (``countdown``) until its start.
         ``producer``: a kombu producer to publish with (one connection for many).
         """
-        if task.run_at is not None:
-            until_start = (task.run_at - datetime.now(UTC)).total_seconds()
-            if until_start > (countdown or 0):
-                countdown = until_start
         try:
-            self.publish(task, countdown=countdown, producer=producer)
+            self.publish(task, countdown=_countdown(task, countdown), producer=producer)
         except BrokerUnavailable as exc:
             log.warning(
                 "task %s stays queued in the store: %s", task.id, exc.__cause__, extra=about(task)
@@ -489,6 +498,19 @@ def _register_maintenance(app: Celery) -> None:
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
     app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)
     worker_process_init.connect(forget_parent_connections, weak=False)
+
+
+_PUBLISH_BATCH = 1000
+"""Messages ``submit_many`` buffers per broker round trip where the transport batches."""
+
+
+def _countdown(task: Task, countdown: float | None) -> float | None:
+    """``countdown``, or longer for a task whose start (``run_at``) is further away."""
+    if task.run_at is not None:
+        until_start = (task.run_at - datetime.now(UTC)).total_seconds()
+        if until_start > (countdown or 0):
+            return until_start
+    return countdown
 
 
 def _start(run_at: datetime | None, delay: timedelta | None) -> datetime | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -119,3 +120,29 @@ def test_the_async_queue_submits_many(queue: TaskQueue, published: Published) ->
     tasks = asyncio.run(AsyncTaskQueue(queue).submit_many([{"name": "x.y"}, {"name": "x.y"}]))
 
     assert [message["task_id"] for message in published.messages] == [task.id for task in tasks]
+
+
+@pytest.mark.parametrize("broker", ["redis_url", "amqp_url"])
+def test_on_a_real_broker_every_message_arrives_once(
+    broker: str, request: pytest.FixtureRequest
+) -> None:
+    url: str = request.getfixturevalue(broker)
+    app = Celery("test_submit_many_broker", broker=url, set_as_current=False)
+    app.conf.task_default_queue = f"submit-many-{uuid.uuid4().hex}"
+    queue = TaskQueue(InMemoryTaskStore(), app)
+    try:
+        tasks = queue.submit_many([{"name": "x.y", "input": {"i": i}} for i in range(2500)])
+
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            bodies = []
+            while (
+                message := channel.basic_get(app.conf.task_default_queue, no_ack=True)
+            ) is not None:
+                bodies.append(message.headers["id"])
+        assert bodies == [task.id for task in tasks]
+    finally:
+        with app.connection_for_write() as connection:
+            connection.default_channel.queue_delete(app.conf.task_default_queue)
+        queue.dispatch_marks.flush()
+        app.close()
