@@ -15,6 +15,7 @@ for longer than ``schedule_ahead``, so a long delay is as durable as the row.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -252,10 +253,11 @@ class TaskQueue:
         """Publish the messages of ``tasks`` in kombu's publish batches on one connection.
 
         On Redis a batch is one pipeline of commands per :data:`_PUBLISH_BATCH`
-        messages (kombu's ``Producer.batch``; other transports publish each at
-        once). Only once every message went out are the dispatch marks taken:
-        if the broker fails part way, none is marked, and the dispatcher sweep
-        publishes them all again (the claim drops a second message).
+        messages (kombu's ``Producer.batch``, kombu 5.7 and later; other
+        transports and older kombus publish each at once). Only once every
+        message went out are the dispatch marks taken: if the broker fails part
+        way, none is marked, and the dispatcher sweep publishes them all again
+        (the claim drops a second message).
         """
         if not tasks:
             return
@@ -267,7 +269,7 @@ class TaskQueue:
             *connection.channel_errors,
         )
         try:
-            with self.app.producer_or_acquire() as producer, producer.batch(_PUBLISH_BATCH):
+            with self.app.producer_or_acquire() as producer, _batch(producer):
                 for task in tasks:
                     self.publish(task, countdown=_countdown(task, None), producer=producer)
         except failures as exc:
@@ -502,6 +504,12 @@ def _register_maintenance(app: Celery) -> None:
 
 _PUBLISH_BATCH = 1000
 """Messages ``submit_many`` buffers per broker round trip where the transport batches."""
+
+
+def _batch(producer: Any) -> contextlib.AbstractContextManager[Any]:
+    """``producer.batch()`` (kombu 5.7 and later), or publishing at once before it."""
+    batch = getattr(producer, "batch", None)
+    return contextlib.nullcontext() if batch is None else batch(_PUBLISH_BATCH)
 
 
 def _countdown(task: Task, countdown: float | None) -> float | None:
