@@ -198,3 +198,22 @@ def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Ap
             alice.post(f"/tasks/{scheduled['id']}/cancel", json={})
         browser.wait(f"{row(scheduled['id'])}.dataset.status === 'cancelled'", what="cancelled")
         assert browser.evaluate(f"{row(scheduled['id'])}.querySelector('time.starts')") is None
+
+
+def test_dashboard_shows_each_retried_runs_error(browser: Chromium, api: Api) -> None:
+    with api.client("token-alice") as alice:
+        flaky = alice.post("/tasks", json={"name": "http.flaky"}).json()
+        wait_for_status(alice, flaky["id"], "failed")
+        browser.navigate(f"{api.url}/dashboard")
+        browser.evaluate(
+            "document.getElementById('token').value = 'token-alice';"
+            "document.querySelector('#signin button[type=submit]').click()"
+        )
+        browser.wait(f"{row(flaky['id'])} != null", what="the failed task")
+        browser.evaluate(f"{row(flaky['id'])}.click()")
+        browser.wait("document.getElementById('detail').dataset.taskId", what="the detail")
+        detail = browser.evaluate("document.getElementById('detail').innerText")
+
+    assert "retried runs' errors" in detail
+    assert "upstream down (run 1)" in detail  # the retried run's
+    assert "upstream down (run 2)" in detail  # the last, as the task's error
