@@ -2,7 +2,7 @@
 
 Every backend must keep a job's start time and return a scheduled job to the
 dispatcher only as its start comes within ``ahead``; the queue then publishes
-it with a countdown (tests/test_queue_schedule.py).
+it with a countdown (tests/submitting/test_schedule.py).
 """
 
 from __future__ import annotations

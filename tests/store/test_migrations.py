@@ -75,6 +75,26 @@ def test_migrate_is_idempotent(empty_engine: Engine) -> None:
     assert store.get(task.id) == task
 
 
+def old_row(**columns: object) -> dict[str, object]:
+    """A submitted task written a minute ago, as a revision before the newest stored it:
+    only the columns every revision has, and ``columns``."""
+    now = datetime.now(UTC) - timedelta(minutes=1)
+    row: dict[str, object] = {
+        "id": "t-old",
+        "name": "x.y",
+        "input": {},
+        "status": "submitted",
+        "artifacts": [],
+        "metadata": {},
+        "answers": [],
+        "created_at": now,
+        "updated_at": now,
+        "attempt": 0,
+        "version": 1,
+    }
+    return row | columns
+
+
 def test_downgrade_to_base_and_upgrade_again(empty_engine: Engine) -> None:
     store = SqlTaskStore(empty_engine)
     store.migrate()
@@ -94,23 +114,9 @@ def test_rows_written_before_the_job_column_stay_jobs_the_sweep_publishes(
     empty_engine: Engine,
 ) -> None:
     # 0002 adds ``job``: a row from before it was swept as a job, and still is.
-    now = datetime.now(UTC) - timedelta(minutes=1)
-    old_row = {
-        "id": "t-old",
-        "name": "x.y",
-        "input": {},
-        "status": "submitted",
-        "artifacts": [],
-        "metadata": {},
-        "answers": [],
-        "created_at": now,
-        "updated_at": now,
-        "attempt": 0,
-        "version": 1,
-    }
     with empty_engine.begin() as connection:
         upgrade(connection, "0001")
-        connection.execute(insert(TABLE).values(old_row))
+        connection.execute(insert(TABLE).values(old_row()))
     store = SqlTaskStore(empty_engine)
 
     store.migrate()
@@ -130,24 +136,9 @@ def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_tim
     empty_engine: Engine,
 ) -> None:
     # 0004 adds ``run_at`` and splits the sweep's index of unpublished jobs.
-    now = datetime.now(UTC) - timedelta(minutes=1)
-    old_row = {
-        "id": "t-old",
-        "name": "x.y",
-        "input": {},
-        "status": "submitted",
-        "artifacts": [],
-        "metadata": {},
-        "answers": [],
-        "created_at": now,
-        "updated_at": now,
-        "attempt": 0,
-        "version": 1,
-        "job": True,
-    }
     with empty_engine.begin() as connection:
         upgrade(connection, "0003")
-        connection.execute(insert(TABLE).values(old_row))
+        connection.execute(insert(TABLE).values(old_row(job=True)))
     store = SqlTaskStore(empty_engine)
 
     store.migrate()

@@ -16,21 +16,6 @@ from queuestore import InMemoryTaskStore, InvalidTaskData, TaskContext, TaskQueu
 from queuestore.aio import AsyncTaskQueue
 
 
-@pytest.fixture
-def app() -> Celery:
-    return Celery("test_queue_submit_many", broker="memory://", set_as_current=False)
-
-
-@pytest.fixture
-def published(app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
-    return Published.on(app, monkeypatch)
-
-
-@pytest.fixture
-def queue(app: Celery, published: Published) -> TaskQueue:
-    return TaskQueue(InMemoryTaskStore(), app)
-
-
 def test_the_tasks_are_committed_then_published_on_one_connection(
     app: Celery, queue: TaskQueue, published: Published, monkeypatch: pytest.MonkeyPatch
 ) -> None:

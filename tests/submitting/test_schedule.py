@@ -24,21 +24,6 @@ from queuestore.worker import execute, job
 AHEAD = timedelta(seconds=12)
 
 
-@pytest.fixture
-def app() -> Celery:
-    return Celery("test_queue_schedule", broker="memory://", set_as_current=False)
-
-
-@pytest.fixture
-def published(app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
-    return Published.on(app, monkeypatch)
-
-
-@pytest.fixture
-def queue(app: Celery, published: Published) -> TaskQueue:
-    return TaskQueue(InMemoryTaskStore(), app, schedule_ahead=AHEAD)
-
-
 def countdowns(published: Published) -> dict[str, float | None]:
     return {message["task_id"]: message["countdown"] for message in published.messages}
 

@@ -4,27 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-from celery import Celery
 from worker.support import Published
 
-from queuestore import InMemoryTaskStore, TaskQueue, TaskStatus
+from queuestore import TaskQueue, TaskStatus
 from queuestore.aio import AsyncTaskQueue
-
-
-@pytest.fixture
-def app() -> Celery:
-    return Celery("test_queue_unique", broker="memory://", set_as_current=False)
-
-
-@pytest.fixture
-def published(app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
-    return Published.on(app, monkeypatch)
-
-
-@pytest.fixture
-def queue(app: Celery, published: Published) -> TaskQueue:
-    return TaskQueue(InMemoryTaskStore(), app)
 
 
 def test_a_second_submit_returns_the_live_task_and_publishes_nothing(
