@@ -13,15 +13,15 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from sqlalchemy.exc import SQLAlchemyError
 
-from queuestore.config import Settings
+from queuestore.config import Duration, Settings
 from queuestore.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
 from queuestore.janitor import run_janitor
 from queuestore.models import LIVE, Task
@@ -36,7 +36,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 db = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
-tasks = typer.Typer(help="Inspect, watch, answer, cancel and delete tasks.", no_args_is_help=True)
+tasks = typer.Typer(
+    help="Submit, inspect, watch, answer, cancel and delete tasks.", no_args_is_help=True
+)
 config = typer.Typer(help="Show the settings and their reference.", no_args_is_help=True)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
@@ -343,6 +345,70 @@ def tasks_cancel(
     with _reporting():
         task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
     console.print(f"{task.id} {task.status}")
+
+
+@tasks.command("submit")
+def tasks_submit(
+    name: Annotated[str, typer.Argument(help="The job to run.")],
+    input: Annotated[
+        str, typer.Argument(help="The job's keyword arguments, a JSON object.")
+    ] = "{}",
+    *,
+    url: UrlOption = None,
+    owner: Annotated[str | None, typer.Option(help="The task's owner.")] = None,
+    context_id: Annotated[str | None, typer.Option(help="Groups related tasks.")] = None,
+    delay: Annotated[
+        str | None,
+        typer.Option(help="Start no earlier than this from now: seconds, or ISO 8601 (PT5M)."),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(help="Start no earlier than this time: ISO 8601 with an offset."),
+    ] = None,
+    unique_key: Annotated[
+        str | None,
+        typer.Option(help="While a live task of the owner holds this key, return that task."),
+    ] = None,
+    celery_app: AppOption = "workers",
+    as_json: JsonOption = False,
+) -> None:
+    """Submit a task and enqueue its job; print its id and status (or, --json, the task)."""
+    from queuestore.queue import TaskQueue
+
+    arguments = _submission(input, delay, at)
+    with _reporting():
+        settings = _settings(url).model_copy(update={"auto_migrate": False})
+        queue = TaskQueue(settings.make_store(), _celery_app(celery_app))
+        task = queue.submit(
+            name, owner=owner, context_id=context_id, unique_key=unique_key, **arguments
+        )
+    if as_json:
+        _print_json(_task_json(task))
+    else:
+        starts = f" (starts {task.run_at.isoformat()})" if task.run_at is not None else ""
+        console.print(f"{task.id} {task.status}{starts}")
+
+
+def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]:
+    """``submit``'s input and start from the command's texts; a usage error when bad."""
+    try:
+        document = json.loads(input)
+    except ValueError as exc:
+        _fail(f"INPUT must be a JSON object: {exc}", 2)
+    if not isinstance(document, dict):
+        _fail("INPUT must be a JSON object", 2)
+    arguments: dict[str, Any] = {"input": document}
+    if delay is not None:
+        try:
+            arguments["delay"] = TypeAdapter(Duration).validate_python(delay)
+        except ValidationError as exc:
+            _fail(f"--delay: {exc.errors()[0]['msg']} (seconds, or ISO 8601 such as PT5M)", 2)
+    if at is not None:
+        try:
+            arguments["run_at"] = datetime.fromisoformat(at)
+        except ValueError as exc:
+            _fail(f"--at: {exc}", 2)
+    return arguments
 
 
 @tasks.command("resume")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -151,3 +152,62 @@ def test_the_settings_repr_hides_the_passwords_in_urls(tmp_path: Path) -> None:
     assert ":pw@" not in shown
     assert "postgresql://app:********@db/q" in shown
     assert settings.database_url == "postgresql://app:db-s3cret@db/q"
+
+
+def test_tasks_submit_schedules_and_joins_a_held_key(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_HOME", str(tmp_path))
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    base = ["tasks", "submit", "--url", database_url]
+
+    first = runner.invoke(
+        app, [*base, "reports.build", '{"month": "11"}', "--delay", "90", "--unique-key", "k"]
+    )
+    assert first.exit_code == 0, first.output
+    task_id, status = first.output.split()[:2]
+    assert status == "submitted"
+    again = runner.invoke(app, [*base, "reports.build", "--unique-key", "k", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["id"] == task_id
+    at = runner.invoke(app, [*base, "x.y", "--at", "2031-01-02T03:04:05+01:00", "--json"])
+    assert json.loads(at.output)["run_at"] == "2031-01-02T02:04:05Z"
+
+    store = SqlTaskStore(database_url)
+    try:
+        task = store.get(task_id)
+        assert task.input == {"month": "11"}
+        assert task.run_at is not None
+        assert 80 < (task.run_at - task.created_at).total_seconds() <= 90
+        assert store.count() == 2
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["x.y", "[1]"], "INPUT must be a JSON object"),
+        (["x.y", "{nope"], "INPUT must be a JSON object"),
+        (["x.y", "--delay", "5 minutes"], "--delay:"),
+        (["x.y", "--at", "2031-01-01T00:00:00"], "run_at: must be a timezone-aware datetime"),
+        (["x.y", "--at", "tomorrow"], "--at:"),
+        (["x.y", "--delay", "5", "--at", "2031-01-01T00:00:00Z"], "give run_at or delay"),
+    ],
+)
+def test_tasks_submit_refuses_bad_values_and_writes_nothing(
+    database_url: str, arguments: list[str], message: str
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+
+    refused = runner.invoke(app, ["tasks", "submit", "--url", database_url, *arguments])
+
+    assert refused.exit_code == 2
+    assert message in refused.output
+    store = SqlTaskStore(database_url)
+    try:
+        assert store.count() == 0
+    finally:
+        store.close()
