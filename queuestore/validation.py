@@ -74,8 +74,9 @@ _NUL_MESSAGE: Final = "must not contain the NUL character (PostgreSQL cannot sto
 
 M = TypeVar("M", bound=BaseModel)
 
-NAME_PATTERN: Final = r"^[^\s\x00-\x1f\x7f]+$"
-"""A job name: no whitespace or control characters."""
+NAME_PATTERN: Final = r"^[^\s\x00-\x1f\x7f-\x9f]+$"
+r"""A job name: no whitespace or control characters (C0 and C1). C1's U+0085 is
+named too, though Python's ``\s`` covers it: JSON Schema's (ECMA-262) does not."""
 _NAME = re.compile(NAME_PATTERN)
 
 

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
-from queuestore.http import events, problems, tasks
+from queuestore.http import batch, events, problems, tasks
 from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, load_verifier
 from queuestore.http.limits import BodyLimit
 from queuestore.http.origin import SameOriginWrites
@@ -104,6 +104,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.http_max_body_bytes)
     app.add_middleware(SameOriginWrites)
     app.include_router(tasks.router)
+    app.include_router(batch.router)
     app.include_router(events.router)
     _health(app)
     _dashboard(app)

@@ -60,7 +60,18 @@ def check_replay(task: Task, request: CreateTask) -> None:
     Raises:
         ProblemError: 422 when the stored task does not match ``request``.
     """
-    same = (
+    if not is_replay(task, request):
+        raise ProblemError(
+            422,
+            "idempotency-key-reused",
+            f"this {HEADER} was used for a different request",
+            task_id=task.id,
+        )
+
+
+def is_replay(task: Task, request: CreateTask) -> bool:
+    """Whether ``request`` asks for ``task``, the task its key created: a retry of it."""
+    return (
         task.name == request.name
         and task.input == request.input
         and task.context_id == request.context_id
@@ -69,13 +80,6 @@ def check_replay(task: Task, request: CreateTask) -> None:
         and _same_start(task, request)
         and task.unique_key == request.unique_key
     )
-    if not same:
-        raise ProblemError(
-            422,
-            "idempotency-key-reused",
-            f"this {HEADER} was used for a different request",
-            task_id=task.id,
-        )
 
 
 def _same_ttl(stored: timedelta | None, asked: float | None) -> bool:

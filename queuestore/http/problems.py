@@ -80,6 +80,7 @@ class ProblemError(Exception):
         *,
         headers: Mapping[str, str] | None = None,
         task_id: str | None = None,
+        errors: Sequence[FieldError] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -87,6 +88,7 @@ class ProblemError(Exception):
         self.detail = detail
         self.headers = dict(headers or {})
         self.task_id = task_id
+        self.errors = None if errors is None else list(errors)
 
 
 def problem(
@@ -136,7 +138,14 @@ def install(app: FastAPI, *, retry_after: int) -> None:
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ProblemError)
-    return problem(exc.status, exc.kind, exc.detail, headers=exc.headers, task_id=exc.task_id)
+    return problem(
+        exc.status,
+        exc.kind,
+        exc.detail,
+        headers=exc.headers,
+        task_id=exc.task_id,
+        errors=exc.errors,
+    )
 
 
 def _store_error_handler(

@@ -9,7 +9,7 @@ store and the queue; this module only translates.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 from pydantic import AwareDatetime
@@ -77,7 +77,7 @@ async def create_task(
     With ``unique_key``, while a live task of the caller holds that key, that
     task is returned (200, ``Unique-Key-Holder: true``) and nothing is created.
     """
-    _check_job_name(service, body.name)
+    check_job_name(service, body.name)
     key = idempotency_key
     task_id = (
         None
@@ -87,18 +87,7 @@ async def create_task(
     if task_id is None and body.unique_key is not None:
         task_id = new_task_id()  # to tell a new task from the key's holder
     try:
-        task = await service.queue.submit(
-            body.name,
-            body.input,
-            owner=principal,
-            context_id=body.context_id,
-            ttl=None if body.ttl is None else timedelta(seconds=body.ttl),
-            metadata=body.metadata,
-            task_id=task_id,
-            run_at=body.run_at,
-            delay=None if body.delay is None else timedelta(seconds=body.delay),
-            unique_key=body.unique_key,
-        )
+        task = await service.queue.submit(**submission(body, owner=principal, task_id=task_id))
         if task.id != task_id and task_id is not None:
             response.status_code = status.HTTP_200_OK
             response.headers["Unique-Key-Holder"] = "true"
@@ -113,7 +102,23 @@ async def create_task(
     return TaskView.of(task)
 
 
-def _check_job_name(service: Service, name: str) -> None:
+def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> dict[str, Any]:
+    """The arguments of :meth:`~queuestore.TaskQueue.submit` for a create's ``body``."""
+    return {
+        "name": body.name,
+        "input": body.input,
+        "owner": owner,
+        "context_id": body.context_id,
+        "ttl": None if body.ttl is None else timedelta(seconds=body.ttl),
+        "metadata": body.metadata,
+        "task_id": task_id,
+        "run_at": body.run_at,
+        "delay": None if body.delay is None else timedelta(seconds=body.delay),
+        "unique_key": body.unique_key,
+    }
+
+
+def check_job_name(service: Service, name: str) -> None:
     """Refuse a job no worker can run, when this process knows the app's jobs (``--app``).
 
     Raises:

@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 from kombu import Connection
 
@@ -66,3 +67,17 @@ def pg(make_deployment: Callable[[], HttpDeployment]) -> HttpDeployment:
 def api(pg: HttpDeployment) -> Api:
     """The API server of the shared deployment: static tokens and a trusted header."""
     return pg.start_api(QUEUESTORE_HTTP_TRUSTED_HEADER=TRUSTED_HEADER)
+
+
+@pytest.fixture
+def alice(api: Api) -> Iterator[httpx.Client]:
+    """A client whose principal is alice."""
+    with api.client("token-alice") as client:
+        yield client
+
+
+@pytest.fixture
+def bob(api: Api) -> Iterator[httpx.Client]:
+    """A client whose principal is bob."""
+    with api.client("token-bob") as client:
+        yield client

@@ -1,5 +1,5 @@
-"""Helpers of the HTTP tests: reading event streams, waiting for a status, and the store's
-state as a fingerprint."""
+"""Helpers of the HTTP tests: creating a task, checking a problem, reading event streams,
+waiting for a status, and the store's state as a fingerprint."""
 
 from __future__ import annotations
 
@@ -13,6 +13,25 @@ import httpx
 from queuestore import ANY, TaskStatus, TaskStore
 
 RUNNING = {TaskStatus.SUBMITTED, TaskStatus.WORKING}
+PROBLEM = "application/problem+json"
+
+
+def create(client: httpx.Client, name: str, **body: Any) -> dict[str, Any]:
+    response = client.post("/tasks", json={"name": name, **body})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def assert_problem(response: httpx.Response, status: int, kind: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    problem = response.json()
+    assert problem["status"] == status
+    assert problem["title"]
+    if kind is not None:
+        assert problem["type"] == f"urn:queuestore:problem:{kind}"
+    assert "Traceback" not in response.text
+    return problem
 
 
 def raw_events(

@@ -20,44 +20,12 @@ from typing import Any
 import httpx
 import pytest
 from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
-from http_support import events, raw_events, snapshot, wait_for_status
+from http_support import assert_problem, create, events, raw_events, snapshot, wait_for_status
 from sqlalchemy import make_url
 
 from queuestore import ANY
 
-PROBLEM = "application/problem+json"
-
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
-
-
-@pytest.fixture
-def alice(api: Api) -> httpx.Client:
-    with api.client("token-alice") as client:
-        yield client
-
-
-@pytest.fixture
-def bob(api: Api) -> httpx.Client:
-    with api.client("token-bob") as client:
-        yield client
-
-
-def create(client: httpx.Client, name: str, **body: Any) -> dict[str, Any]:
-    response = client.post("/tasks", json={"name": name, **body})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def assert_problem(response: httpx.Response, status: int, kind: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == PROBLEM
-    problem = response.json()
-    assert problem["status"] == status
-    assert problem["title"]
-    if kind is not None:
-        assert problem["type"] == f"urn:queuestore:problem:{kind}"
-    assert "Traceback" not in response.text
-    return problem
 
 
 # -- health -------------------------------------------------------------------

@@ -25,6 +25,7 @@ from queuestore import InMemoryTaskStore, Settings, TaskContext, TaskQueue, Task
 from queuestore.http import StaticTokens, create_app
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
+from queuestore.validation import NAME_PATTERN
 
 
 @pytest.fixture
@@ -368,3 +369,25 @@ def test_a_byte_order_mark_before_a_json_body_is_ignored(queue: TaskQueue) -> No
             headers={"Content-Type": "application/json"},
         )
     assert created.status_code == 201, created.text
+
+
+def test_a_batch_holds_up_to_a_thousand_items(queue: TaskQueue) -> None:
+    items = [{"name": "job", "input": {"n": n}} for n in range(1000)]
+    with client(queue) as http:
+        response = http.post("/tasks:batch", json={"tasks": items})
+        assert response.status_code == 201, response.text
+        assert [task["input"]["n"] for task in response.json()["tasks"]] == list(range(1000))
+        over = http.post("/tasks:batch", json={"tasks": [*items, items[0]]})
+        assert over.status_code == 422, over.text
+    assert queue.store.count() == 1000
+
+
+def test_the_job_name_pattern_means_the_same_in_json_schema() -> None:
+    # The OpenAPI document states NAME_PATTERN, which clients read as ECMA-262. Its \s
+    # is not Python's (no U+001C..U+001F or U+0085; U+FEFF): every name the document
+    # allows must be one the store takes, so the pattern names those C0/C1 itself.
+    ecma_whitespace = r"\t\n\v\f\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+    as_ecma_reads_it = NAME_PATTERN.replace("\\s", ecma_whitespace)
+    for char in map(chr, range(0x10000)):
+        if re.match(as_ecma_reads_it, char):
+            assert re.match(NAME_PATTERN, char), repr(char)

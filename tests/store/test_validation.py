@@ -43,6 +43,8 @@ CASES: list[tuple[str, str, Call]] = [
     ("name with a space", "name", lambda s, t: s.create("reports build")),
     ("blank name", "name", lambda s, t: s.create("   ")),
     ("name with a newline", "name", lambda s, t: s.create("reports\nbuild")),
+    ("name with a C1 control", "name", lambda s, t: s.create("reports\x9bbuild")),
+    ("name with a next line", "name", lambda s, t: s.create("reports\x85build")),
     ("name not a string", "name", lambda s, t: s.create(5)),  # type: ignore[arg-type]
     # create: input
     ("input a set", "input", lambda s, t: s.create("x.y", {1, 2})),  # type: ignore[arg-type]
