@@ -50,6 +50,7 @@ class AsyncTaskStore:
         job: bool = True,
         run_at: datetime | None = None,
         unique_key: str | None = None,
+        priority: int = 0,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
         return await self.sync.run_async(
@@ -64,6 +65,7 @@ class AsyncTaskStore:
             job=job,
             run_at=run_at,
             unique_key=unique_key,
+            priority=priority,
         )
 
     async def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
@@ -197,6 +199,7 @@ class AsyncTaskQueue:
         run_at: datetime | None = None,
         delay: timedelta | None = None,
         unique_key: str | None = None,
+        priority: int = 0,
     ) -> Task:
         """See :meth:`TaskQueue.submit`."""
         return await asyncio.to_thread(
@@ -211,6 +214,7 @@ class AsyncTaskQueue:
             run_at=run_at,
             delay=delay,
             unique_key=unique_key,
+            priority=priority,
         )
 
     async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:

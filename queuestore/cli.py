@@ -369,6 +369,9 @@ def tasks_submit(
         str | None,
         typer.Option(help="While a live task of the owner holds this key, return that task."),
     ] = None,
+    priority: Annotated[
+        int, typer.Option(min=0, max=9, help="0 (the default) to 9, the most urgent.")
+    ] = 0,
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
@@ -378,9 +381,16 @@ def tasks_submit(
     arguments = _submission(input, delay, at)
     with _reporting():
         settings = _settings(url).model_copy(update={"auto_migrate": False})
-        queue = TaskQueue(settings.make_store(), _celery_app(celery_app))
+        queue = TaskQueue(
+            settings.make_store(), _celery_app(celery_app), priorities=settings.priorities
+        )
         task = queue.submit(
-            name, owner=owner, context_id=context_id, unique_key=unique_key, **arguments
+            name,
+            owner=owner,
+            context_id=context_id,
+            unique_key=unique_key,
+            priority=priority,
+            **arguments,
         )
     if as_json:
         _print_json(_task_json(task))
@@ -433,7 +443,7 @@ def tasks_resume(
     with _reporting():
         settings = _settings(url).model_copy(update={"auto_migrate": False})
         store = settings.make_store()
-        queue = TaskQueue(store, _celery_app(celery_app))
+        queue = TaskQueue(store, _celery_app(celery_app), priorities=settings.priorities)
         task = queue.resume(task_id, value, owner=_owner(owner))
     console.print(f"{task.id} {task.status}")
 

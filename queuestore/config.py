@@ -147,6 +147,12 @@ class Settings(BaseSettings):
         timedelta(hours=1),
         description="Publish again a task published this long ago and never claimed; unset: never.",
     )
+    priorities: bool = Field(
+        False,
+        description="Brokers deliver waiting tasks by priority (submit's priority, 0-9); "
+        "RabbitMQ queues are declared with x-max-priority, so an existing queue must be "
+        "deleted or renamed.",
+    )
     schedule_ahead: Duration | None = Field(
         None,
         description="How long before a scheduled task's start its message is published, "
@@ -281,6 +287,7 @@ class Settings(BaseSettings):
             redispatch_after=self.redispatch_after,
             ack_after=self.ack_after,
             schedule_ahead=self.schedule_ahead,
+            priorities=self.priorities,
         )
         if beat:
             queue.install_beat_schedule(
@@ -314,6 +321,10 @@ class Settings(BaseSettings):
             # message under concurrent publishers; ours publishes atomically.
             config["broker_transport"] = FILESYSTEM_TRANSPORT
             config["broker_transport_options"] = self.filesystem_broker_options()
+        elif self.priorities:
+            from queuestore.queue import priority_config
+
+            config |= priority_config(self.broker_url)
         return config
 
     def filesystem_broker_options(self) -> dict[str, Any]:

@@ -141,6 +141,8 @@ class Task(_Record):
     retry's backoff); None: at once."""
     unique_key: str | None = None
     """The key no other live task of its owner holds (``submit(unique_key=...)``)."""
+    priority: Annotated[int, Field(ge=0, le=9)] = 0
+    """From 0 (the default) to 9, the most urgent: its job runs before lower ones waiting."""
     errors: list[TaskError] = Field(default_factory=list)
     """The errors of the runs its job's retry policy retried, oldest first; the
     error that ended the task, if one did, is ``error``."""

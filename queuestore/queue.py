@@ -25,7 +25,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from queuestore.consumer import follow_lease
+from queuestore.consumer import REDIS_SCHEMES, follow_lease
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, InvalidTaskData, StoreUnavailable
 from queuestore.jobs import bind_settings, registered_job
@@ -34,6 +34,7 @@ from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 from queuestore.models import Task, new_task_id
 from queuestore.owner import ANY, Owner
 from queuestore.store.base import TaskStore, lost_runs
+from queuestore.validation import MAX_PRIORITY
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ class TaskQueue:
             redelivers a long job; half the lease by default. On Redis the
             broker's visibility timeout is set to the lease unless the app sets
             one (see :func:`queuestore.consumer.redis_transport_options`).
+        priorities: the brokers honour task priorities (``submit(priority=...)``):
+            the messages carry them, and the app's queues must be declared for
+            them (``Settings(priorities=True)`` configures the app; see
+            :func:`priority_config`). Without it the dispatcher still publishes
+            the most urgent waiting tasks first, but the broker delivers in order.
         schedule_ahead: how long before a scheduled task's start its message
             is published, with a countdown to the start. It must be longer than
             the dispatcher sweep's interval, so that every start is published
@@ -95,6 +101,7 @@ class TaskQueue:
         redispatch_after: timedelta | None = timedelta(hours=1),
         ack_after: timedelta | None = None,
         schedule_ahead: timedelta | None = None,
+        priorities: bool = False,
     ) -> None:
         if heartbeat_interval >= lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
@@ -120,6 +127,8 @@ class TaskQueue:
         self.redispatch_after = redispatch_after
         self.ack_after = ack_after
         self.schedule_ahead = schedule_ahead
+        self.priorities = priorities
+        self._redis = str(app.conf.broker_url or "").startswith(REDIS_SCHEMES)
         self.dispatch_marks = DispatchMarks(store, delay=dispatch_grace.total_seconds() / 2)
         _QUEUES[app] = self
         follow_lease(app, lease)
@@ -157,6 +166,7 @@ class TaskQueue:
         run_at: datetime | None = None,
         delay: timedelta | None = None,
         unique_key: str | None = None,
+        priority: int = 0,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -177,6 +187,9 @@ class TaskQueue:
         it is and nothing is written or published: a second submit of the
         same work joins the first. Two racing submits create one task.
 
+        ``priority``, from 0 (the default) to 9, the most urgent: waiting jobs
+        run the most urgent first, on brokers where :attr:`priorities` is on.
+
         Raises:
             InvalidTaskData: bad arguments, input the registered job cannot
                 take, or both ``run_at`` and ``delay``.
@@ -196,6 +209,7 @@ class TaskQueue:
             task_id=task_id,
             run_at=_start(run_at, delay),
             unique_key=unique_key,
+            priority=priority,
         )
         if unique_key is not None and task.id != task_id:
             return task  # the live task that holds the key, already on its way
@@ -358,9 +372,18 @@ class TaskQueue:
                 retry=True,
                 retry_policy=_PUBLISH_RETRY,
                 **({} if producer is None else {"producer": producer}),
+                **({} if not self.priorities else {"priority": self._broker_priority(task)}),
             )
         except _BROKER_ERRORS as exc:
             raise BrokerUnavailable(f"could not publish task {task.id}: {exc}") from exc
+
+    def _broker_priority(self, task: Task) -> int:
+        """The message priority of ``task`` as its broker reads it.
+
+        AMQP delivers the highest number first, as queuestore counts; kombu's
+        Redis transport pops its lowest priority first, so there it is turned over.
+        """
+        return MAX_PRIORITY - task.priority if self._redis else task.priority
 
     # -- maintenance (beat tasks) ------------------------------------------
 
@@ -510,6 +533,22 @@ def _batch(producer: Any) -> contextlib.AbstractContextManager[Any]:
     """``producer.batch()`` (kombu 5.7 and later), or publishing at once before it."""
     batch = getattr(producer, "batch", None)
     return contextlib.nullcontext() if batch is None else batch(_PUBLISH_BATCH)
+
+
+def priority_config(broker_url: str) -> dict[str, Any]:
+    """Celery settings under which ``broker_url``'s broker honours task priorities.
+
+    RabbitMQ: every queue Celery declares gets ``x-max-priority`` 9. A queue
+    that exists without it cannot be declared again with it: delete it (its
+    messages are republished by the dispatcher sweep after
+    ``redispatch_after``, or drain it first) or move to a new queue name.
+    Redis: ten priority steps, each a list of its own beside the queue's; the
+    queue's own list then holds the most urgent messages and those without a
+    priority (which kombu reads as its first step).
+    """
+    if broker_url.startswith(REDIS_SCHEMES):
+        return {"broker_transport_options": {"priority_steps": list(range(MAX_PRIORITY + 1))}}
+    return {"task_queue_max_priority": MAX_PRIORITY, "task_default_priority": 0}
 
 
 def _countdown(task: Task, countdown: float | None) -> float | None:

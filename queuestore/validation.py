@@ -229,6 +229,17 @@ def run_at(value: object, *, job: bool) -> datetime | None:
         raise InvalidTaskData("must be a time Python can hold in UTC", field="run_at") from None
 
 
+MAX_PRIORITY: Final = 9
+"""The most urgent priority; 0, the default, is the least."""
+
+
+def priority(value: object) -> int:
+    """A task's priority: an integer from 0 to :data:`MAX_PRIORITY`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        raise InvalidTaskData(f"must be an integer from 0 to {MAX_PRIORITY}", field="priority")
+    return value
+
+
 def limit(value: object) -> int:
     """A page size between 1 and 1000."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAGE_SIZE:

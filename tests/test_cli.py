@@ -173,6 +173,8 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
     assert json.loads(again.output)["id"] == task_id
     at = runner.invoke(app, [*base, "x.y", "--at", "2031-01-02T03:04:05+01:00", "--json"])
     assert json.loads(at.output)["run_at"] == "2031-01-02T02:04:05Z"
+    urgent = runner.invoke(app, [*base, "x.y", "--priority", "7", "--json"])
+    assert json.loads(urgent.output)["priority"] == 7
 
     store = SqlTaskStore(database_url)
     try:
@@ -180,7 +182,7 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
         assert task.input == {"month": "11"}
         assert task.run_at is not None
         assert 80 < (task.run_at - task.created_at).total_seconds() <= 90
-        assert store.count() == 2
+        assert store.count() == 3
     finally:
         store.close()
 
@@ -194,6 +196,7 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
         (["x.y", "--at", "2031-01-01T00:00:00"], "run_at: must be a timezone-aware datetime"),
         (["x.y", "--at", "tomorrow"], "--at:"),
         (["x.y", "--delay", "5", "--at", "2031-01-01T00:00:00Z"], "give run_at or delay"),
+        (["x.y", "--priority", "10"], "--priority"),
     ],
 )
 def test_tasks_submit_refuses_bad_values_and_writes_nothing(

@@ -79,6 +79,7 @@ def is_replay(task: Task, request: CreateTask) -> bool:
         and _same_ttl(task.ttl, request.ttl)
         and _same_start(task, request)
         and task.unique_key == request.unique_key
+        and task.priority == request.priority
     )
 
 

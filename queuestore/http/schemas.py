@@ -78,6 +78,14 @@ def _within_the_calendar(value: datetime) -> datetime:
     return value
 
 
+def _json_integer(value: object) -> object:
+    # JSON Schema's integer is a number without a fraction (8.0 is one); pydantic's
+    # lax int would also take "8" and true, which the document does not allow.
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
+
 StartTime = Annotated[
     AwareDatetime,
     BeforeValidator(_rfc3339_text),
@@ -142,6 +150,13 @@ class CreateTask(_Body):
         description="While a live task of yours holds this key, that task is returned "
         "instead of a new one.",
     )
+    priority: Annotated[int, BeforeValidator(_json_integer)] = Field(
+        0,
+        ge=0,
+        le=9,
+        description="0 (the default) to 9, the most urgent: waiting jobs run the most "
+        "urgent first.",
+    )
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -198,6 +213,7 @@ class TaskView(BaseModel):
     ttl: float | None = Field(description="Seconds the task is kept once finished.")
     run_at: datetime | None = Field(description="When the job may start; null: at once.")
     unique_key: str | None = Field(description="The key no other live task of yours holds.")
+    priority: int = Field(description="0 to 9, the most urgent.")
     errors: list[TaskError] = Field(
         description="The errors of the runs the job's retry policy retried, oldest first."
     )
@@ -227,6 +243,7 @@ class TaskView(BaseModel):
             ttl=None if task.ttl is None else task.ttl.total_seconds(),
             run_at=task.run_at,
             unique_key=task.unique_key,
+            priority=task.priority,
             errors=task.errors,
             attempt=task.attempt,
             version=task.version,

@@ -115,6 +115,7 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
         "run_at": body.run_at,
         "delay": None if body.delay is None else timedelta(seconds=body.delay),
         "unique_key": body.unique_key,
+        "priority": body.priority,
     }
 
 

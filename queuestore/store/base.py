@@ -87,6 +87,7 @@ class TaskStore(WorkerProtocol):
         job: bool = True,
         run_at: datetime | None = None,
         unique_key: str | None = None,
+        priority: int = 0,
     ) -> Task:
         """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
@@ -105,9 +106,13 @@ class TaskStore(WorkerProtocol):
         written; once it ends, the key is free. The caller tells the two apart
         by id (pass ``task_id`` to know it), as ``TaskQueue.submit`` does.
 
+        ``priority``, from 0 (the default) to 9: the dispatcher publishes the
+        most urgent waiting jobs first, and so do the brokers where the queue
+        enables priorities (see ``TaskQueue``).
+
         Raises:
-            InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at or
-                unique_key.
+            InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at,
+                unique_key or priority.
             TaskConflict: ``task_id`` is already taken.
         """
         new = self._new_task(
@@ -121,6 +126,7 @@ class TaskStore(WorkerProtocol):
             job=job,
             run_at=run_at,
             unique_key=unique_key,
+            priority=priority,
         )
         task, created = self._insert(new)
         self._announce_created([(task, created)])
@@ -183,6 +189,7 @@ class TaskStore(WorkerProtocol):
         job: bool = True,
         run_at: datetime | None = None,
         unique_key: str | None = None,
+        priority: int = 0,
     ) -> NewTask:
         """The checked row :meth:`create` inserts."""
         owner = check.label(owner, "owner")
@@ -199,6 +206,7 @@ class TaskStore(WorkerProtocol):
             job=check.flag(job, "job"),
             run_at=check.run_at(run_at, job=job is True),
             unique_key=check.label(unique_key, "unique_key"),
+            priority=check.priority(priority),
         )
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:

@@ -18,7 +18,7 @@ from queuestore.store.rules import (
     ListQuery,
     NewTask,
     Write,
-    due_at,
+    dispatch_order,
 )
 from queuestore.watch import Listener, StatusChange
 
@@ -211,7 +211,7 @@ class InMemoryTaskStore(TaskStore):
                 and task.id not in self._records
                 and due(task)
             ]
-        pending.sort(key=due_at)
+        pending.sort(key=dispatch_order)
         return pending[:limit]
 
     def _count_by_status(self) -> dict[TaskStatus, int]:

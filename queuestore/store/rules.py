@@ -78,6 +78,8 @@ class NewTask:
     """When the job may start; None: at once."""
     unique_key: str | None = None
     """No other live task of the owner may hold it."""
+    priority: int = 0
+    """From 0 to 9, the most urgent."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -98,14 +100,20 @@ class NewTask:
             updated_at=now,
             run_at=self.run_at,
             unique_key=self.unique_key,
+            priority=self.priority,
         )
 
 
 def due_at(task: Task) -> datetime:
-    """The order of the dispatcher's work: a task's start time, or its last write if later."""
+    """When a task became due for its message: its start time, or its last write if later."""
     if task.run_at is None or task.run_at < task.updated_at:
         return task.updated_at
     return task.run_at
+
+
+def dispatch_order(task: Task) -> tuple[int, datetime]:
+    """The order of the dispatcher's work: the most urgent first, then the longest due."""
+    return -task.priority, due_at(task)
 
 
 @dataclass(frozen=True, slots=True)

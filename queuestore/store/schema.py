@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     text,
@@ -106,6 +107,8 @@ class TaskRow(Base):
     artifacts: Mapped[list[Any]] = mapped_column(JsonColumn)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonColumn)
     answers: Mapped[list[Any]] = mapped_column(JsonColumn)
+    # 0 to 9, the most urgent: the dispatcher's order, and the brokers' where enabled.
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     # While the task is live, no other task of its owner has this key.
     unique_key: Mapped[str | None] = mapped_column(String(256))
     # The errors of the runs a job's retry policy retried, oldest first.

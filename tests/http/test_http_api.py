@@ -275,6 +275,18 @@ def test_a_live_unique_key_returns_its_holder_and_an_ended_one_is_free(
     assert_problem(alice.post("/tasks", json=body | {"unique_key": ""}), 422, "invalid-request")
 
 
+def test_a_priority_is_kept_and_a_bad_one_refused(alice: httpx.Client, pg: HttpDeployment) -> None:
+    urgent = create(alice, "http.add", input={"a": 1, "b": 1}, priority=9)
+    assert urgent["priority"] == 9
+    assert create(alice, "http.add", input={"a": 1, "b": 1})["priority"] == 0
+    before = snapshot(pg.deployment.queue.store)
+    for wrong in (10, -1, 2.5, "9", True):
+        body = {"name": "http.add", "input": {"a": 1, "b": 1}, "priority": wrong}
+        response = alice.post("/tasks", json=body)
+        assert_problem(response, 422, "invalid-request")
+    assert snapshot(pg.deployment.queue.store) == before
+
+
 def test_a_retried_job_shows_each_retried_error_and_fails_with_the_last(
     alice: httpx.Client,
 ) -> None:

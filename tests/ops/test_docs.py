@@ -43,6 +43,7 @@ LAYOUT = [
     "howto/retry-jobs.md",
     "howto/unique-tasks.md",
     "howto/submit-many.md",
+    "howto/prioritise-tasks.md",
     "howto/metrics.md",
     "reference/configuration.md",
     "reference/http-api.md",

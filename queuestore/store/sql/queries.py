@@ -100,6 +100,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.lease_expires_at,
     C.run_at,
     C.unique_key,
+    C.priority,
     C.errors,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
@@ -242,6 +243,7 @@ parameter on every call, and a JSON one through the engine's serializer."""
 NEW_FIELDS: Final = (
     *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
     "unique_key",
+    "priority",
 )
 """The columns a new task's parameters give; the rest are constants or the clock."""
 
@@ -819,7 +821,7 @@ def undispatched(
             C.worker_id.is_(None),
             due,
         )
-        .order_by(C.updated_at)
+        .order_by(C.priority.desc(), C.updated_at)
         .limit(limit)
     )
 
@@ -845,7 +847,7 @@ def scheduled(
             C.run_at <= starts_before,
             or_(C.updated_at <= updated_before, clock.apart(C.run_at, C.updated_at, ahead)),
         )
-        .order_by(C.run_at)
+        .order_by(C.priority.desc(), C.run_at)
         .limit(limit)
     )
 

@@ -30,7 +30,7 @@ from queuestore.models import Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
 from queuestore.store.protocol import stops_a_run
-from queuestore.store.rules import ListQuery, NewTask, Write, due_at
+from queuestore.store.rules import ListQuery, NewTask, Write, dispatch_order
 from queuestore.store.sql import codec, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor
@@ -280,6 +280,7 @@ class SqlTaskStore(TaskStore):
             "job": new.job,
             "run_at": new.run_at,
             "unique_key": new.unique_key,
+            "priority": new.priority,
         }
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
@@ -419,7 +420,7 @@ class SqlTaskStore(TaskStore):
         due += self._rows(
             queries.scheduled(self._clock, starts_before, updated_before, ahead, limit)
         )
-        return sorted(due, key=due_at)[:limit]
+        return sorted(due, key=dispatch_order)[:limit]
 
     def _count_by_status(self) -> dict[TaskStatus, int]:
         with self._executor.connection() as connection:
