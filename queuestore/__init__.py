@@ -12,6 +12,7 @@ from queuestore.errors import (
     TaskConflict,
     TaskNotFound,
 )
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import (
     LIVE,
     TERMINAL,
@@ -37,6 +38,7 @@ __all__ = [
     "UNSET",
     "Artifact",
     "BrokerUnavailable",
+    "ConcurrencyLimits",
     "InMemoryTaskStore",
     "InputRequested",
     "InvalidCursor",

@@ -13,10 +13,11 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from celery import Celery
-from pydantic import BeforeValidator, Field, SecretStr
+from pydantic import BeforeValidator, Field, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.broker import TRANSPORT as FILESYSTEM_TRANSPORT
+from queuestore.limits import ConcurrencyLimits
 from queuestore.metrics import prepare_multiprocess_dir
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
@@ -153,6 +154,16 @@ class Settings(BaseSettings):
         "RabbitMQ queues are declared with x-max-priority, so an existing queue must be "
         "deleted or renamed.",
     )
+    owner_concurrency: PositiveInt | None = Field(
+        None,
+        description="The most running tasks of one owner; the others wait in the store, "
+        "holding no worker. Unset: no limit. Tasks without an owner are not limited by it.",
+    )
+    job_concurrency: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description="The most running tasks of a job, whatever their owners, as a JSON "
+        'object mapping job names to limits (`{"reports.build": 2}`).',
+    )
     schedule_ahead: Duration | None = Field(
         None,
         description="How long before a scheduled task's start its message is published, "
@@ -218,6 +229,11 @@ class Settings(BaseSettings):
         description="Level of worker and beat logs; unset: the command's --loglevel "
         "(`queuestore worker`/`beat`: INFO, `celery`: WARNING).",
     )
+
+    @property
+    def limits(self) -> ConcurrencyLimits:
+        """The concurrency limits ``owner_concurrency`` and ``job_concurrency`` set."""
+        return ConcurrencyLimits(per_owner=self.owner_concurrency, per_job=self.job_concurrency)
 
     @property
     def resolved_database_url(self) -> str:
@@ -288,6 +304,7 @@ class Settings(BaseSettings):
             ack_after=self.ack_after,
             schedule_ahead=self.schedule_ahead,
             priorities=self.priorities,
+            limits=self.limits,
         )
         if beat:
             queue.install_beat_schedule(

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from celery import Celery
 
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import Task
 from queuestore.store.base import TaskStore
 
@@ -33,9 +34,14 @@ class RunSettings(Protocol):
     report_interval: timedelta
     ack_after: timedelta
     schedule_ahead: timedelta
+    limits: ConcurrencyLimits
 
     def dispatch(self, task: Task, *, countdown: float | None = None) -> bool:
         """Publish the message of the task's next run (a job's retry); False if it could not."""
+        ...
+
+    def hand_off(self, ended: Task) -> int:
+        """Publish the tasks waiting for the slot ``ended``'s run held; how many."""
         ...
 
 

@@ -29,6 +29,7 @@ from queuestore.consumer import REDIS_SCHEMES, follow_lease
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import BrokerUnavailable, InvalidTaskData, StoreUnavailable
 from queuestore.jobs import bind_settings, registered_job
+from queuestore.limits import NO_LIMITS, ConcurrencyLimits
 from queuestore.logs import about
 from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 from queuestore.models import Task, new_task_id
@@ -85,6 +86,11 @@ class TaskQueue:
             on time, and shorter than ``lease - ack_after``, so that Redis does
             not hand a message waiting for its start to a second worker. By
             default 12 s, or less where the lease leaves less.
+        limits: the most running tasks per owner and per job
+            (:class:`~queuestore.limits.ConcurrencyLimits`); every process of the
+            app (workers, submitters, beat) must use the same. A task at its
+            limit waits in the store, with no message, until a run of its owner
+            or job ends and hands the slot on.
     """
 
     def __init__(
@@ -102,7 +108,10 @@ class TaskQueue:
         ack_after: timedelta | None = None,
         schedule_ahead: timedelta | None = None,
         priorities: bool = False,
+        limits: ConcurrencyLimits = NO_LIMITS,
     ) -> None:
+        if not isinstance(limits, ConcurrencyLimits):
+            raise TypeError("limits must be a queuestore.ConcurrencyLimits")
         if heartbeat_interval >= lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
         ack_after = lease / 2 if ack_after is None else ack_after
@@ -128,6 +137,7 @@ class TaskQueue:
         self.ack_after = ack_after
         self.schedule_ahead = schedule_ahead
         self.priorities = priorities
+        self.limits = limits
         self._redis = str(app.conf.broker_url or "").startswith(REDIS_SCHEMES)
         self.dispatch_marks = DispatchMarks(store, delay=dispatch_grace.total_seconds() / 2)
         _QUEUES[app] = self
@@ -190,6 +200,10 @@ class TaskQueue:
         ``priority``, from 0 (the default) to 9, the most urgent: waiting jobs
         run the most urgent first, on brokers where :attr:`priorities` is on.
 
+        Under :attr:`limits`, a task whose owner or job has no free slot is not
+        published: it waits in the store, ``submitted``, until a run of its
+        owner or job ends and hands the slot on.
+
         Raises:
             InvalidTaskData: bad arguments, input the registered job cannot
                 take, or both ``run_at`` and ``delay``.
@@ -213,7 +227,8 @@ class TaskQueue:
         )
         if unique_key is not None and task.id != task_id:
             return task  # the live task that holds the key, already on its way
-        if task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead:
+        starts_soon = task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead
+        if starts_soon and self._with_slots([task]):
             self.dispatch(task)
         return task
 
@@ -241,8 +256,23 @@ class TaskQueue:
             if task.id == item["task_id"]
             and (task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead)
         ]
-        self._publish_all(new)
+        self._publish_all(self._with_slots(new))
         return created
+
+    def _with_slots(self, tasks: list[Task]) -> list[Task]:
+        """Of new tasks to publish, those their owners' and jobs' free slots admit, in order.
+
+        Under :attr:`limits` the others wait in the store without a message, as
+        a task the claim refused at its limit waits, for a run that ends to hand
+        its slot on: a flood of one owner's tasks puts no more messages in the
+        broker than the owner has free slots. The tasks were committed before
+        the count, so a run ending in between either is counted as ended, or
+        sees them waiting when it hands its slot on.
+        """
+        if not self.limits or not any(self.limits.applies(task) for task in tasks):
+            return tasks
+        slots = self.limits.slots(self.store.running_counts())
+        return [task for task in tasks if slots.take(task)]
 
     def _creation(self, index: int, item: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments of ``create`` for one item of :meth:`submit_many`."""
@@ -389,13 +419,15 @@ class TaskQueue:
 
     def sweep(self, *, limit: int = 500) -> int:
         """Publish tasks whose message never went out (broker down at submit) or was lost,
-        and scheduled tasks that start within :attr:`schedule_ahead`."""
+        and scheduled tasks that start within :attr:`schedule_ahead`; under
+        :attr:`limits`, only as many of an owner's or a job's as it has free slots."""
         published = 0
         due = self.store.undispatched(
             self.dispatch_grace,
             redispatch_after=self.redispatch_after,
             ahead=self.schedule_ahead,
             limit=limit,
+            limits=self.limits,
         )
         for task in due:
             if not self.dispatch(task):
@@ -406,8 +438,37 @@ class TaskQueue:
             log.info("dispatcher published %d waiting tasks", published)
         return published
 
+    def hand_off(self, ended: Task) -> int:
+        """Publish the tasks waiting for the slot ``ended``'s run held; how many.
+
+        Under :attr:`limits`, a run that ends (done, failed, parked, cancelled,
+        retried or reaped) frees a slot of its owner and of its job: their
+        waiting tasks are published now, as many as have free slots, the most
+        urgent and longest waiting first, instead of at the next sweep. A task
+        published twice this way is run once (the claim drops the second message).
+        """
+        if not self.limits.applies(ended):
+            return 0
+        waiting = self.store.undispatched(
+            timedelta(0),
+            ahead=self.schedule_ahead,
+            limit=_HAND_OFF_LIMIT,
+            limits=self.limits,
+            freed_by=ended,
+        )
+        published = 0
+        for task in waiting:
+            if not self.dispatch(task):
+                break
+            published += 1
+        return published
+
     def reap(self) -> list[Task]:
-        """Retry or fail tasks whose worker died, and publish the retries."""
+        """Retry or fail tasks whose worker died, and publish the retries.
+
+        Under :attr:`limits`, a retry takes the slot its lost run held; a task
+        that failed hands it on.
+        """
         reaped = self.store.reap(max_attempts=self.max_attempts)
         for task in reaped:
             if task.is_terminal:
@@ -415,6 +476,9 @@ class TaskQueue:
             else:
                 log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
                 self.dispatch(task, countdown=_reaper_backoff(lost_runs(task)))
+        for task in reaped:
+            if task.is_terminal:
+                self.hand_off(task)
         return reaped
 
     def install_beat_schedule(
@@ -524,6 +588,9 @@ def _register_maintenance(app: Celery) -> None:
     app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)
     worker_process_init.connect(forget_parent_connections, weak=False)
 
+
+_HAND_OFF_LIMIT = 100
+"""The most waiting tasks one ended run's hand-off reads (it publishes as many as are free)."""
 
 _PUBLISH_BATCH = 1000
 """Messages ``submit_many`` buffers per broker round trip where the transport batches."""

@@ -138,7 +138,7 @@ and `queuestore.a2a` ([A2A](a2a.md)).
 _API_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Setting up", ("Settings", "make_engine", "SqlTaskStore", "InMemoryTaskStore")),
     ("The store", ("TaskStore",)),
-    ("The queue and jobs", ("TaskQueue", "job", "Job")),
+    ("The queue and jobs", ("TaskQueue", "job", "Job", "Retry", "ConcurrencyLimits")),
     ("Inside a job", ("TaskContext", "InputRequested", "JobCancelled")),
     ("Tasks", ("Task", "TaskStatus", "TaskError", "Artifact", "TaskPage", "new_task_id")),
     ("Constants", ("ANY", "UNSET", "LIVE", "TERMINAL", "TRANSITIONS")),

@@ -153,15 +153,17 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
 
     ``settings`` is the app's ``TaskQueue`` (or anything with its store and
     intervals). Returns None when the claim failed: the message was a
-    duplicate, or the task was cancelled, parked or deleted before it started.
+    duplicate, the task was cancelled, parked or deleted before it started, or
+    its owner or job was at its concurrency limit (the task waits for a slot).
+    A run that ends hands its slot on to a task waiting for it.
     """
     interrupts.install()
     heartbeat = Heartbeat.of(settings)
     with interrupts.deferred(then_raise=False):
         worker_id = new_worker_id()
-        task = settings.store.claim(task_id, worker_id, settings.lease)
+        task = settings.store.claim(task_id, worker_id, settings.lease, limits=settings.limits)
         if task is None:
-            _put_back_if_early(settings, task_id)
+            _after_refusal(settings, task_id)
             return None
         run = Run(settings, task, worker_id)
         heartbeat.add(run)
@@ -173,34 +175,61 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
             heartbeat.discard(run)
     with interrupts.deferred(then_raise=False):
         policy = _retrying(registered, run, outcome)
-        if policy is not None:
-            return _record_retry(run, outcome, policy)
-        return _record(run, outcome)
+        left = _record(run, outcome) if policy is None else _record_retry(run, outcome, policy)
+        _hand_off(settings, run.task)
+        return left
 
 
-def _put_back_if_early(settings: RunSettings, task_id: str) -> None:
-    """After a refused claim: publish again a task whose message came before its start.
+def _after_refusal(settings: RunSettings, task_id: str) -> None:
+    """After a refused claim: let a task at its limit wait, or publish an early one again.
 
-    Any other refusal (a duplicate message, a cancelled, parked or deleted
-    task) drops the message. A message comes early when its publisher's clock
-    runs ahead of the store's, or when something published it without the
-    countdown ``TaskQueue.dispatch`` gives.
+    A task refused at its concurrency limit waits in the store without a
+    message until a slot is free (a run that ends hands it on). A message
+    comes early when its publisher's clock runs ahead of the store's, or when
+    something published it without the countdown ``TaskQueue.dispatch``
+    gives: it is published again for its start. Any other refusal (a duplicate
+    message, a cancelled, parked or deleted task) drops the message.
     """
     try:
         task = settings.store.get(task_id)
     except TaskNotFound:
         task = None
-    if task is None or task.run_at is None or task.worker_id is not None:
+    if (
+        task is None
+        or task.worker_id is not None
+        or task.status not in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
+    ):
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
         return
-    if task.status not in (TaskStatus.SUBMITTED, TaskStatus.WORKING):
+    # Unclaimed and pending, yet refused: at its limit, or before its start.
+    if settings.limits.applies(task) and (
+        task.run_at is None or settings.limits.slots(settings.store.running_counts()).full(task)
+    ):
+        log.info("task %s waits for a slot: its owner or job is at its concurrency limit", task_id)
+        waits = settings.store.wait_for_slot(task.id, version=task.version) is not None
+        # A run that ended since the claim's count may have handed its slot to no one.
+        if waits and not settings.limits.slots(settings.store.running_counts()).full(task):
+            _hand_off(settings, task)
+        return
+    if task.run_at is None:
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
         return
-    # Unclaimed and pending, yet refused: its start has not come on the store's clock.
-    # This process's clock may be ahead of it: wait at least a moment, not a busy loop.
+    # Its start has not come on the store's clock. This process's clock may be
+    # ahead of it: wait at least a moment, not a busy loop.
     wait = max((task.run_at - datetime.now(UTC)).total_seconds(), _EARLY_AGAIN)
     log.info("task %s: its message came before its start; published again in %.3fs", task_id, wait)
     settings.dispatch(task, countdown=wait)
+
+
+def _hand_off(settings: RunSettings, ended: Task) -> None:
+    """Publish the tasks waiting for the slot ``ended`` held; in a store outage the
+    dispatcher sweep does it later."""
+    if not settings.limits.applies(ended):
+        return
+    try:
+        settings.hand_off(ended)
+    except StoreUnavailable as exc:
+        log.warning("the slot of task %s is not handed on (%s); the sweep will", ended.id, exc)
 
 
 @dataclass(frozen=True)

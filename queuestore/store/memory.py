@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from typing import Any
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import TaskConflict
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
@@ -17,6 +19,7 @@ from queuestore.store.rules import (
     UNSET,
     ListQuery,
     NewTask,
+    SweepFilter,
     Write,
     dispatch_order,
 )
@@ -36,7 +39,8 @@ class InMemoryTaskStore(TaskStore):
         self._expires: dict[str, datetime] = {}
         self._dispatched: dict[str, datetime] = {}
         self._records: set[str] = set()  # created with job=False: never dispatched
-        self._changed = threading.Condition(threading.Lock())
+        # Reentrant: a claim within limits counts and writes under the one lock.
+        self._changed = threading.Condition(threading.RLock())
         self._listeners: list[list[StatusChange]] = []
 
     @staticmethod
@@ -183,12 +187,39 @@ class InMemoryTaskStore(TaskStore):
                 if task is not None and version in (None, task.version):
                     self._dispatched[task_id] = now
 
+    def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
+        with self._changed:  # the count and the claim under one lock
+            task = self._tasks.get(task_id)
+            if task is None:
+                return None
+            caps = limits.caps(task.owner, task.name)
+            running = [held for held in self._tasks.values() if held.worker_id is not None]
+            if caps.owner is not None and caps.owner <= sum(
+                1 for held in running if held.owner == task.owner
+            ):
+                return None
+            if caps.job is not None and caps.job <= sum(
+                1 for held in running if held.name == task.name
+            ):
+                return None
+            return self._write(task_id, write)
+
+    def _running_counts(self) -> dict[tuple[str | None, str], int]:
+        with self._changed:
+            counts = Counter(
+                (task.owner, task.name)
+                for task in self._tasks.values()
+                if task.worker_id is not None
+            )
+        return dict(counts)
+
     def _undispatched(
         self,
         older_than: timedelta,
         redispatch_after: timedelta | None,
         ahead: timedelta,
         limit: int,
+        among: SweepFilter | None = None,
     ) -> list[Task]:
         now = self._now()
 
@@ -210,6 +241,7 @@ class InMemoryTaskStore(TaskStore):
                 and task.worker_id is None
                 and task.id not in self._records
                 and due(task)
+                and (among is None or among.admits(task))
             ]
         pending.sort(key=dispatch_order)
         return pending[:limit]

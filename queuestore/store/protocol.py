@@ -19,6 +19,7 @@ from queuestore.errors import (
     InvalidTaskData,
     TaskNotFound,
 )
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import (
     TERMINAL,
     Artifact,
@@ -32,6 +33,7 @@ from queuestore.store.rules import (
     _PENDING_STATUSES,
     UNSET,
     StoreCore,
+    SweepFilter,
     Unset,
     Write,
 )
@@ -41,14 +43,25 @@ from queuestore.watch import Listener, StatusChange
 class WorkerProtocol(StoreCore):
     """Claim, heartbeat, report and reap: a run's life under a lease, and the outbox marks."""
 
-    def claim(self, task_id: str, worker_id: str, lease: timedelta) -> Task | None:
+    def claim(
+        self,
+        task_id: str,
+        worker_id: str,
+        lease: timedelta,
+        *,
+        limits: ConcurrencyLimits | None = None,
+    ) -> Task | None:
         """Take an unclaimed task for one run: ``working``, leased to ``worker_id``.
 
         Returns None when the task is claimed, parked, terminal or gone: the
         message that asked for this run is a duplicate and should be dropped;
         or when its start (``run_at``) has not come on the store's clock: the
         message came early, and the task should be published again for its
-        start (the worker does: :func:`queuestore.worker.execute`).
+        start (the worker does: :func:`queuestore.worker.execute`); or, with
+        ``limits``, when its owner or its job has as many running tasks as
+        its limit allows: the task should wait for a slot (:meth:`wait_for_slot`).
+        The count and the claim are one atomic decision, so no number of
+        racing workers runs more than the limit.
         """
         write = Write(
             scope=OwnerScope(unscoped=True),
@@ -58,7 +71,32 @@ class WorkerProtocol(StoreCore):
             claim=(check.worker_id(worker_id), _lease(lease)),
             mark_started=True,
         )
-        return self._observed(self._write(check.task_id(task_id), write), write)
+        task_id = check.task_id(task_id)
+        if limits:
+            return self._observed(self._claim_within(task_id, write, limits), write)
+        return self._observed(self._write(task_id, write), write)
+
+    def wait_for_slot(self, task_id: str, *, version: int) -> Task | None:
+        """Leave a task whose claim its concurrency limit refused waiting, with no message.
+
+        The task stays unclaimed and live, and its dispatch mark is cleared
+        (a mark still to be written for its message is void: the version
+        moves on), so that a hand-off (:meth:`undispatched` with ``freed_by``)
+        or the dispatcher sweep publishes it when a slot is free. None when the
+        task moved on from ``version`` (claimed, cancelled, published again).
+        """
+        write = Write(
+            scope=OwnerScope(unscoped=True),
+            from_statuses=_PENDING_STATUSES,
+            expected_version=check.positive_int(version, "version"),
+            fence=None,
+            release=True,
+        )
+        return self._write(check.task_id(task_id), write)
+
+    def running_counts(self) -> dict[tuple[str | None, str], int]:
+        """How many tasks workers hold now, by ``(owner, job name)``: the slots in use."""
+        return self._running_counts()
 
     def heartbeat(self, task_id: str, worker_id: str, lease: timedelta) -> Task:
         """Extend the lease and return the task, so the worker sees a cancel.
@@ -279,6 +317,8 @@ class WorkerProtocol(StoreCore):
         redispatch_after: timedelta | None = None,
         ahead: timedelta = timedelta(0),
         limit: int = 100,
+        limits: ConcurrencyLimits | None = None,
+        freed_by: Task | None = None,
     ) -> builtins.list[Task]:
         """Unclaimed tasks whose message never went out, in the order they became due.
 
@@ -294,13 +334,31 @@ class WorkerProtocol(StoreCore):
                 scheduled task starting later is never returned. A scheduled
                 task that ``submit`` did not publish (its start was more than
                 ``ahead`` past its creation) needs no ``older_than``.
+            limits: return no more tasks of an owner, or of a job, than its
+                limit leaves free slots for (counting the running tasks); the
+                tasks of owners and jobs at their limit wait.
+            freed_by: with ``limits``, only the tasks that may take the slot
+                this task's run freed: its owner's, where the owner's limit
+                applies, and its job's, where the job's does (a hand-off).
         """
-        return self._undispatched(
-            check.ttl(older_than) or timedelta(0),
-            None if redispatch_after is None else check.ttl(redispatch_after),
-            check.ttl(ahead) or timedelta(0),
-            check.limit(limit),
-        )
+        older_than = check.ttl(older_than) or timedelta(0)
+        redispatch = None if redispatch_after is None else check.ttl(redispatch_after)
+        ahead = check.ttl(ahead) or timedelta(0)
+        limit = check.limit(limit)
+        if not limits:
+            return self._undispatched(older_than, redispatch, ahead, limit)
+        slots = limits.slots(self._running_counts())
+        among = SweepFilter(full_owners=slots.full_owners(), full_jobs=slots.full_jobs())
+        if freed_by is not None:
+            caps = limits.caps(freed_by.owner, freed_by.name)
+            if caps == (None, None):
+                return []
+            among = among._replace(
+                owner=freed_by.owner if caps.owner is not None else None,
+                job=freed_by.name if caps.job is not None else None,
+            )
+        due = self._undispatched(older_than, redispatch, ahead, limit, among)
+        return [task for task in due if slots.take(task)]
 
 
 def lost_runs(task: Task) -> int:

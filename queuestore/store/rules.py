@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from pydantic import JsonValue
 
@@ -30,6 +30,7 @@ from queuestore.errors import (
     TaskConflict,
     TaskNotFound,
 )
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import (
     LIVE,
     TERMINAL,
@@ -138,6 +139,9 @@ class Write:
             with a matching ``expected_version``). A backend may then read back
             only the columns the write sets and take the rest from it: the
             condition on the version guarantees that nothing else changed.
+        limits: with ``claim``, the concurrency limits the claim must keep:
+            fewer running tasks (held by a worker) of the row's owner, and of
+            its job, than the limits give them.
     """
 
     scope: OwnerScope
@@ -152,6 +156,33 @@ class Write:
     mark_started: bool = False
     mark_finished: bool = False
     base: Task | None = None
+    limits: ConcurrencyLimits | None = None
+
+
+class SweepFilter(NamedTuple):
+    """What a sweep under concurrency limits leaves out of the unpublished tasks, or keeps to.
+
+    Attributes:
+        full_owners: owners whose running tasks are at their limit.
+        full_jobs: job names whose running tasks are at their limit.
+        owner: keep to this owner's tasks (a hand-off of an owner's slot)...
+        job: ...or, given too, those and this job's tasks (None: no such filter).
+    """
+
+    full_owners: tuple[str, ...] = ()
+    full_jobs: tuple[str, ...] = ()
+    owner: str | None = None
+    job: str | None = None
+
+    def admits(self, task: Task) -> bool:
+        """Whether ``task`` passes this filter (the in-memory store's reading of it)."""
+        if task.owner is not None and task.owner in self.full_owners:
+            return False
+        if task.name in self.full_jobs:
+            return False
+        if self.owner is None and self.job is None:
+            return True
+        return (self.owner is not None and task.owner == self.owner) or task.name == self.job
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,12 +294,26 @@ class StoreCore(ABC):
         """
 
     @abstractmethod
+    def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
+        """Apply the claim ``write`` with the caps ``limits`` sets for the row, atomically.
+
+        The count of the owner's and the job's running tasks and the claim
+        are one decision: two claims racing for an owner's last slot cannot
+        both win. None if the claim's conditions or the caps do not hold.
+        """
+
+    @abstractmethod
+    def _running_counts(self) -> dict[tuple[str | None, str], int]:
+        """How many tasks a worker holds, by ``(owner, name)`` (pairs without any left out)."""
+
+    @abstractmethod
     def _undispatched(
         self,
         older_than: timedelta,
         redispatch_after: timedelta | None,
         ahead: timedelta,
         limit: int,
+        among: SweepFilter | None = None,
     ) -> builtins.list[Task]:
         """Unclaimed submitted or working jobs due for a (new) message, by :func:`due_at`.
 
@@ -277,6 +322,7 @@ class StoreCore(ABC):
         either written before ``older_than`` ago or scheduled further than
         ``ahead`` past its last write (so ``submit`` did not publish it); or
         published more than ``redispatch_after`` ago and still not claimed.
+        Only those ``among`` admits, when given.
         """
 
     @abstractmethod

@@ -189,6 +189,21 @@ class TaskRow(Base):
             postgresql_where=text(_outbox("postgresql", dispatched=True)),
             sqlite_where=text(_outbox("sqlite", dispatched=True)),
         ),
+        # Concurrency limits: the running tasks (held by a worker), by owner and
+        # job, and by job alone (a job's count whatever the owners).
+        Index(
+            "ix_queuestore_tasks_running",
+            "owner",
+            "name",
+            postgresql_where=text("worker_id IS NOT NULL"),
+            sqlite_where=text("worker_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_queuestore_tasks_running_job",
+            "name",
+            postgresql_where=text("worker_id IS NOT NULL"),
+            sqlite_where=text("worker_id IS NOT NULL"),
+        ),
         # The reaper: leases that ran out.
         Index(
             None,

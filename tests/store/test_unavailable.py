@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from queuestore import QueueStoreError, SqlTaskStore, StoreUnavailable, TaskStore
+from queuestore import ConcurrencyLimits, QueueStoreError, SqlTaskStore, StoreUnavailable, TaskStore
 
 from .support import CLOSED_PORT_URL
 
@@ -22,6 +22,11 @@ CALLS: dict[str, Callable[[TaskStore], object]] = {
     "delete": lambda store: store.delete("some-id"),
     "cleanup": lambda store: store.cleanup(timedelta(hours=1)),
     "claim": lambda store: store.claim("some-id", "w1", timedelta(minutes=1)),
+    "claim within limits": lambda store: store.claim(
+        "some-id", "w1", timedelta(minutes=1), limits=ConcurrencyLimits(per_owner=1)
+    ),
+    "running_counts": lambda store: store.running_counts(),
+    "wait_for_slot": lambda store: store.wait_for_slot("some-id", version=1),
     "reap": lambda store: store.reap(),
     "wait": lambda store: store.wait("some-id", timeout=0.01),
 }

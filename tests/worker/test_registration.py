@@ -79,7 +79,7 @@ def test_a_store_outage_at_the_claim_retries_the_message_with_a_backoff_below_ac
     task = queue.submit("test.job")
     outage = StoreUnavailable("database restarting")
 
-    def claim(*args: Any) -> None:
+    def claim(*args: Any, **kwargs: Any) -> None:
         raise outage
 
     asked: list[dict[str, Any]] = []

@@ -254,6 +254,45 @@ class Executor:
                 connection.invalidate(exc)
                 _raise_unavailable(connection.engine, exc, lost=lost)
 
+    def in_transaction(
+        self, statements: Sequence[tuple[Prepared, Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Run ``statements`` in one transaction and return the last one's rows (PostgreSQL).
+
+        They go out together in psycopg's pipeline mode, ``BEGIN`` and
+        ``COMMIT`` included, so the transaction costs about one round trip
+        however many statements it holds. On a failure the connection is
+        dropped, taking the open transaction with it. Not on a loop's connections.
+
+        Raises:
+            StoreUnavailable: the database is unreachable (nothing was committed,
+                or the commit's answer was lost).
+        """
+        with self.connection() as connection:
+            driver = connection.connection.dbapi_connection
+            assert driver is not None
+            cursors = [driver.cursor() for _ in statements]
+            try:
+                with driver.pipeline():
+                    driver.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                    for cursor, (prepared, params) in zip(cursors, statements, strict=True):
+                        cursor.execute(prepared.sql, prepared.arguments(params))
+                    driver.execute("COMMIT")
+                rows = cursors[-1].fetchall()
+            except _driver_errors(connection.engine) as exc:
+                lost = connection.dialect.is_disconnect(exc, driver, None)
+                connection.invalidate(exc)
+                if lost:
+                    connection.engine.pool.dispose()
+                raise StoreUnavailable(f"database unavailable: {exc}") from exc
+            except BaseException as exc:
+                connection.invalidate(exc if isinstance(exc, Exception) else None)
+                raise
+            finally:
+                for cursor in cursors:
+                    cursor.close()
+            return statements[-1][0].decoded(rows)
+
     def _rows_on_loop(
         self, connections: LoopConnections, prepared: Prepared, params: dict[str, Any]
     ) -> list[dict[str, Any]]:

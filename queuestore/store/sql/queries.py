@@ -51,6 +51,7 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
+    null,
     or_,
     select,
     text,
@@ -64,9 +65,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.sql import ClauseElement, Delete, Select, TextClause, Update
 
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import LIVE, TERMINAL, TaskStatus
 from queuestore.owner import OwnerScope
-from queuestore.store.rules import UNSET, ListQuery, Write
+from queuestore.store.rules import UNSET, ListQuery, SweepFilter, Write
 from queuestore.store.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
@@ -513,6 +515,7 @@ class WriteShape(NamedTuple):
     stops: bool
     watched: bool
     based: bool
+    limits: ConcurrencyLimits | None = None
 
     @classmethod
     def of(
@@ -543,6 +546,7 @@ class WriteShape(NamedTuple):
             stops=stops,
             watched=watched and not announce,
             based=write.base is not None,
+            limits=write.limits,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -561,6 +565,11 @@ class WriteShape(NamedTuple):
             params["worker"] = write.claim[0]
         if write.base is not None:
             params["base_created_at"] = write.base.created_at
+        if write.limits is not None:
+            if write.limits.per_owner is not None:
+                params["owner_cap"] = write.limits.per_owner
+            for index, (name, cap) in enumerate(sorted(write.limits.per_job.items())):
+                params |= {f"job_name_{index}": name, f"job_cap_{index}": cap}
         return params
 
 
@@ -630,6 +639,8 @@ def write_task(
     if shape.claim:
         # Never before its start, on the store's clock, whoever published it early.
         conditions.append(or_(C.run_at.is_(None), C.run_at <= clock.now()))
+    if shape.limits is not None:
+        conditions += _within(shape.limits)
     # Announce the change in the same statement, hence the same commit.
     change = C.id.concat(_sql_text(":")).concat(C.status)  # in RETURNING: the row as written
     notices = [
@@ -651,6 +662,68 @@ def write_task(
         notices.append(case((watched, notify)).label("_watched"))
     return update(TABLE).where(*conditions).values(values).returning(*returning, *notices)
 
+
+HELD = TABLE.alias("held")
+"""The table again, for the running tasks a claim under concurrency limits counts."""
+
+
+def _running(sharing: ColumnElement[bool]) -> ColumnElement[int]:
+    """How many running tasks (held by a worker) meet ``sharing`` (served by their index)."""
+    return (
+        select(func.count())
+        .select_from(HELD)
+        .where(HELD.c.worker_id.is_not(None), sharing)
+        .scalar_subquery()
+    )
+
+
+def _within(limits: ConcurrencyLimits) -> list[ColumnElement[bool]]:
+    """A claim's terms under ``limits``: its owner and its job have a free slot.
+
+    The limits are parameters (``:owner_cap``, ``:job_name_<i>`` and
+    ``:job_cap_<i>`` in name order), so the statement is the same for every task.
+    """
+    terms: list[ColumnElement[bool]] = []
+    if limits.per_owner is not None:
+        owner_cap = bindparam("owner_cap", type_=Integer)
+        terms.append(or_(C.owner.is_(None), _running(HELD.c.owner == C.owner) < owner_cap))
+    if limits.per_job:
+        job_cap = case(
+            *(
+                (
+                    C.name == bindparam(f"job_name_{index}", type_=C.name.type),
+                    bindparam(f"job_cap_{index}", type_=Integer),
+                )
+                for index in range(len(limits.per_job))
+            ),
+            else_=null(),
+        )
+        terms.append(or_(job_cap.is_(None), _running(HELD.c.name == C.name) < job_cap))
+    return terms
+
+
+LOCK_SLOTS = text(
+    """
+    SELECT owner, name,
+        CASE WHEN :owners_limited AND owner IS NOT NULL
+            THEN pg_advisory_xact_lock(1, hashtext(owner)) END AS owner_slots,
+        CASE WHEN name = ANY(CAST(:limited_jobs AS text[]))
+            THEN pg_advisory_xact_lock(2, hashtext(name)) END AS job_slots
+    FROM queuestore_tasks WHERE id = :task_id
+    """
+)
+"""Lock the slots of ``:task_id``'s owner and job for this transaction.
+
+PostgreSQL only. A claim within concurrency limits takes these locks before its
+count: two claims for one owner's last slot then count one after the other (at
+READ COMMITTED each statement sees what committed before it began). The owner's
+lock is always taken before the job's, so two claims cannot wait on each other.
+"""
+
+RUNNING_COUNTS = (
+    select(C.owner, C.name, func.count()).where(C.worker_id.is_not(None)).group_by(C.owner, C.name)
+)
+"""The running tasks (held by a worker) by owner and job, from their index."""
 
 WATCH_TASKS = text(
     """
@@ -799,10 +872,31 @@ def _unpublished() -> list[ColumnElement[bool]]:
     ]
 
 
+def _admitted(among: SweepFilter | None) -> list[ColumnElement[bool]]:
+    """The terms of a sweep's :class:`SweepFilter`: none without one."""
+    if among is None:
+        return []
+    terms: list[ColumnElement[bool]] = []
+    if among.full_owners:
+        terms.append(or_(C.owner.is_(None), C.owner.not_in(among.full_owners)))
+    if among.full_jobs:
+        terms.append(C.name.not_in(among.full_jobs))
+    sharing = []
+    if among.owner is not None:
+        sharing.append(C.owner == among.owner)
+    if among.job is not None:
+        sharing.append(C.name == among.job)
+    if sharing:
+        terms.append(or_(*sharing))
+    return terms
+
+
 def undispatched(
     updated_before: ColumnElement[datetime],
     dispatched_before: ColumnElement[datetime] | None,
     limit: int,
+    *,
+    among: SweepFilter | None = None,
 ) -> Select[Any]:
     """The dispatcher's read: unclaimed jobs without a start time, never marked dispatched
     since ``updated_before``.
@@ -820,6 +914,7 @@ def undispatched(
             statuses_in(_UNCLAIMED_STATUSES),
             C.worker_id.is_(None),
             due,
+            *_admitted(among),
         )
         .order_by(C.priority.desc(), C.updated_at)
         .limit(limit)
@@ -832,6 +927,8 @@ def scheduled(
     updated_before: ColumnElement[datetime],
     ahead: timedelta,
     limit: int,
+    *,
+    among: SweepFilter | None = None,
 ) -> Select[Any]:
     """The dispatcher's read of scheduled jobs never published that start before
     ``starts_before``, soonest first.
@@ -846,6 +943,7 @@ def scheduled(
             C.run_at.is_not(None),
             C.run_at <= starts_before,
             or_(C.updated_at <= updated_before, clock.apart(C.run_at, C.updated_at, ahead)),
+            *_admitted(among),
         )
         .order_by(C.priority.desc(), C.run_at)
         .limit(limit)

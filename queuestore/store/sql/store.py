@@ -26,11 +26,12 @@ from sqlalchemy.sql import ClauseElement, Executable, Select
 
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
+from queuestore.limits import ConcurrencyLimits
 from queuestore.models import Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
 from queuestore.store.protocol import stops_a_run
-from queuestore.store.rules import ListQuery, NewTask, Write, dispatch_order
+from queuestore.store.rules import ListQuery, NewTask, SweepFilter, Write, dispatch_order
 from queuestore.store.sql import codec, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor
@@ -403,12 +404,40 @@ class SqlTaskStore(TaskStore):
         with self._executor.connection() as connection:
             connection.execute(queries.WATCH_TASKS, params)
 
+    def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
+        limited = replace(write, limits=limits)
+        if not self._postgres:
+            # One UPDATE is atomic on SQLite: it takes the write lock before it reads.
+            return self._write(task_id, limited)
+        shape = WriteShape.of(limited, announce=False, watched=True)
+        assert limited.claim is not None
+        params = shape.params(task_id, limited) | self._clock_params(limited.claim[1])
+        claim = self._executor.prepare(
+            ("json", shape),
+            lambda: queries.write_task(shape, self._clock, [queries.TASK_OBJECT]),
+            columns=[queries.TASK_JSON],
+        )
+        lock = self._executor.prepare("lock_slots", lambda: queries.LOCK_SLOTS, columns=[])
+        slots = {
+            "task_id": task_id,
+            "owners_limited": limits.per_owner is not None,
+            "limited_jobs": sorted(limits.per_job),
+        }
+        rows = self._executor.in_transaction([(lock, slots), (claim, params)])
+        return codec.task(rows[0]) if rows else None
+
+    def _running_counts(self) -> dict[tuple[str | None, str], int]:
+        with self._executor.connection() as connection:
+            rows = connection.execute(queries.RUNNING_COUNTS)
+            return {(owner, name): count for owner, name, count in rows}
+
     def _undispatched(
         self,
         older_than: timedelta,
         redispatch_after: timedelta | None,
         ahead: timedelta,
         limit: int,
+        among: SweepFilter | None = None,
     ) -> list[Task]:
         clock = self._clock.at()
         updated_before = self._clock.earlier(clock, older_than)
@@ -416,9 +445,9 @@ class SqlTaskStore(TaskStore):
             None if redispatch_after is None else self._clock.earlier(clock, redispatch_after)
         )
         starts_before = self._clock.earlier(clock, -ahead)
-        due = self._rows(queries.undispatched(updated_before, redispatch, limit))
+        due = self._rows(queries.undispatched(updated_before, redispatch, limit, among=among))
         due += self._rows(
-            queries.scheduled(self._clock, starts_before, updated_before, ahead, limit)
+            queries.scheduled(self._clock, starts_before, updated_before, ahead, limit, among=among)
         )
         return sorted(due, key=dispatch_order)[:limit]
 
