@@ -19,11 +19,13 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
+from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuestore.config import Duration, Settings
 from queuestore.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
 from queuestore.janitor import run_janitor
+from queuestore.limits import Caps
 from queuestore.models import LIVE, Task
 from queuestore.owner import ANY, Owner
 from queuestore.presentation import TaskWatchView, task_table
@@ -232,6 +234,36 @@ def tasks_list(
         console.print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
     else:
         console.print(f"next page: --cursor {page.next_cursor}", overflow="fold")
+
+
+@tasks.command("running")
+def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
+    """How many tasks each owner and job runs now, beside the concurrency limits."""
+    with _reporting():
+        settings = _settings(url)
+        counts = _store(url).running_counts()
+    limits = settings.limits
+    rows = [
+        {"owner": owner, "job": name, "running": count, **_caps_json(limits.caps(owner, name))}
+        for (owner, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    if as_json:
+        _print_json({"running": rows})
+        return
+    table = Table("owner", "job", "running", "owner limit", "job limit")
+    for row in rows:
+        table.add_row(
+            "-" if row["owner"] is None else str(row["owner"]),
+            str(row["job"]),
+            str(row["running"]),
+            "-" if row["owner_limit"] is None else str(row["owner_limit"]),
+            "-" if row["job_limit"] is None else str(row["job_limit"]),
+        )
+    console.print(table if rows else "no task is running")
+
+
+def _caps_json(caps: Caps) -> dict[str, int | None]:
+    return {"owner_limit": caps.owner, "job_limit": caps.job}
 
 
 @tasks.command("show")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -63,6 +63,35 @@ def test_tasks_commands_show_list_and_cancel(database_url: str) -> None:
     assert "cancelled" in again.output
     missing = runner.invoke(app, ["tasks", "show", "nope", "--url", database_url])
     assert missing.exit_code == 1
+    store.close()
+
+
+def test_tasks_running_counts_each_owner_s_and_job_s_runs_beside_their_limits(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_OWNER_CONCURRENCY", "2")
+    monkeypatch.setenv("QUEUESTORE_JOB_CONCURRENCY", '{"cli.report": 1}')
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    assert (
+        "no task is running"
+        in runner.invoke(app, ["tasks", "running", "--url", database_url]).output
+    )
+    store = SqlTaskStore(database_url)
+    for owner, name in [("alice", "cli.job"), ("alice", "cli.job"), (None, "cli.report")]:
+        store.claim(store.create(name, owner=owner).id, "w", timedelta(seconds=30))
+    store.create("cli.job", owner="alice")  # waiting: not running
+
+    shown = runner.invoke(app, ["tasks", "running", "--url", database_url, "--json"])
+
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["running"] == [
+        {"owner": "alice", "job": "cli.job", "running": 2, "owner_limit": 2, "job_limit": None},
+        {"owner": None, "job": "cli.report", "running": 1, "owner_limit": None, "job_limit": 1},
+    ]
+    table = runner.invoke(app, ["tasks", "running", "--url", database_url]).output
+    assert "alice" in table
+    assert "cli.report" in table
     store.close()
 
 
