@@ -44,6 +44,7 @@ LAYOUT = [
     "howto/unique-tasks.md",
     "howto/submit-many.md",
     "howto/prioritise-tasks.md",
+    "howto/limit-concurrency.md",
     "howto/metrics.md",
     "reference/configuration.md",
     "reference/http-api.md",
