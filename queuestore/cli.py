@@ -414,7 +414,10 @@ def tasks_submit(
     with _reporting():
         settings = _settings(url).model_copy(update={"auto_migrate": False})
         queue = TaskQueue(
-            settings.make_store(), _celery_app(celery_app), priorities=settings.priorities
+            settings.make_store(),
+            _celery_app(celery_app),
+            priorities=settings.priorities,
+            limits=settings.limits,
         )
         task = queue.submit(
             name,
@@ -475,7 +478,9 @@ def tasks_resume(
     with _reporting():
         settings = _settings(url).model_copy(update={"auto_migrate": False})
         store = settings.make_store()
-        queue = TaskQueue(store, _celery_app(celery_app), priorities=settings.priorities)
+        queue = TaskQueue(
+            store, _celery_app(celery_app), priorities=settings.priorities, limits=settings.limits
+        )
         task = queue.resume(task_id, value, owner=_owner(owner))
     console.print(f"{task.id} {task.status}")
 
