@@ -88,6 +88,12 @@ JOB_RETRIES = Counter(
     ["job"],
     registry=None,
 )
+SLOT_WAITS = Counter(
+    "queuestore_slot_waits",
+    "Claims refused at a concurrency limit (the task waits for a slot), by job.",
+    ["job"],
+    registry=None,
+)
 REAPER_FAILURES = Counter(
     "queuestore_reaper_failures",
     "Tasks failed by the reaper after too many lost runs.",
@@ -101,6 +107,7 @@ PROCESS_METRICS: Final = (
     REAPER_RETRIES,
     REAPER_FAILURES,
     JOB_RETRIES,
+    SLOT_WAITS,
 )
 """What this process counts (gathered across prefork children in multiprocess mode)."""
 
@@ -123,6 +130,9 @@ class MetricsObserver(StoreObserver):
 
     def retried(self, task: Task) -> None:
         JOB_RETRIES.labels(task.name).inc()
+
+    def waited_for_slot(self, task: Task) -> None:
+        SLOT_WAITS.labels(task.name).inc()
 
     def removed(self, count: int) -> None:
         JANITOR_REMOVED.inc(count)

@@ -2,7 +2,8 @@
 
 A :class:`StoreObserver` added with ``TaskStore.observe`` hears about every
 task a store in this process creates, every status it writes, every task its
-reaper recovers, every run its job's retry policy retries and every batch its
+reaper recovers, every run its job's retry policy retries, every task a concurrency limit
+makes wait, and every batch its
 janitor removes, after the write committed. Observers run on the writer's
 thread and must be cheap and must not raise; the store has no opinion about
 what they do (see :mod:`queuestore.metrics.prometheus`).
@@ -31,6 +32,9 @@ class StoreObserver:
 
     def retried(self, task: Task) -> None:
         """A run's job failed and its retry policy runs it again: ``task`` waits for it."""
+
+    def waited_for_slot(self, task: Task) -> None:
+        """A claim was refused at a concurrency limit: ``task`` waits for a slot."""
 
     def removed(self, count: int) -> None:
         """The janitor deleted ``count`` expired tasks in one batch."""

@@ -92,7 +92,11 @@ class WorkerProtocol(StoreCore):
             fence=None,
             release=True,
         )
-        return self._write(check.task_id(task_id), write)
+        task = self._write(check.task_id(task_id), write)
+        if task is not None:
+            for observer in self._observers:
+                observer.waited_for_slot(task)
+        return task
 
     def running_counts(self) -> dict[tuple[str | None, str], int]:
         """How many tasks workers hold now, by ``(owner, job name)``: the slots in use."""

@@ -19,6 +19,7 @@ from queuestore import (
     TaskStatus,
 )
 from queuestore.config import Settings
+from queuestore.metrics.prometheus import SLOT_WAITS, instrument
 from queuestore.worker import execute
 
 LEASE = timedelta(seconds=30)
@@ -59,6 +60,20 @@ def test_a_claim_refused_at_the_limit_leaves_the_task_waiting_unpublished(
     assert limited.hand_off(ended) == 1
     assert ids(published) == [waiting.id]
     assert execute(limited, registered, waiting.id).status is TaskStatus.COMPLETED  # type: ignore[union-attr]
+
+
+def test_a_claim_refused_at_the_limit_counts_in_the_metrics_by_job(
+    app: Celery, limited: TaskQueue
+) -> None:
+    instrument(limited.store)
+    before = SLOT_WAITS.labels("test.job")._value.get()
+    registered = register(app, lambda ctx: None)
+    running = limited.submit("test.job", owner="a")
+    limited.store.claim(running.id, "elsewhere", LEASE)
+
+    execute(limited, registered, limited.submit("test.job", owner="a").id)
+
+    assert SLOT_WAITS.labels("test.job")._value.get() == before + 1
 
 
 def test_a_run_that_ends_hands_its_slot_to_the_next_waiting_task(
