@@ -170,6 +170,10 @@ class AsyncTaskStore:
         """See :meth:`TaskStore.cleanup`."""
         return await self.sync.run_async(self.sync.cleanup, ttl, batch_size=batch_size)
 
+    async def running_counts(self) -> dict[tuple[str | None, str], int]:
+        """See :meth:`TaskStore.running_counts`."""
+        return await self.sync.run_async(self.sync.running_counts)
+
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> AsyncWatch:
         """See :meth:`TaskStore.watch`; open it with ``async with``."""
         return AsyncWatch(self.sync.watch(owner=owner, task_ids=task_ids), self.sync.run_async)

@@ -259,6 +259,30 @@ class TaskList(BaseModel):
     )
 
 
+class JobRunning(BaseModel):
+    """The caller's running tasks of one job, and the job's limit."""
+
+    running: int = Field(description="The caller's tasks of this job a worker holds now.")
+    limit: int | None = Field(
+        description="The most running tasks of this job, every owner's counted "
+        "(QUEUESTORE_JOB_CONCURRENCY); null: no limit."
+    )
+
+
+class Running(BaseModel):
+    """The caller's running tasks, beside the concurrency limits on them."""
+
+    running: int = Field(description="The caller's tasks a worker holds now.")
+    limit: int | None = Field(
+        description="The most the caller may run at once (QUEUESTORE_OWNER_CONCURRENCY); "
+        "null: no limit. The caller's tasks beyond it wait, submitted."
+    )
+    jobs: dict[str, JobRunning] = Field(
+        description="By job name: the caller's running tasks of it, and the jobs "
+        "with a limit of their own."
+    )
+
+
 class Health(BaseModel):
     """A health probe's answer."""
 

@@ -23,7 +23,9 @@ from queuestore.http.schemas import (
     NO_NUL_PATTERN,
     CancelTask,
     CreateTask,
+    JobRunning,
     ResumeTask,
+    Running,
     TaskList,
     TaskView,
 )
@@ -172,6 +174,25 @@ async def list_tasks(
         following = request.url.include_query_params(cursor=page.next_cursor)
         response.headers["Link"] = f'<{following}>; rel="next"'
     return TaskList(tasks=[TaskView.of(task) for task in page.tasks], next_cursor=page.next_cursor)
+
+
+@router.get(":running", responses=responses(401, 503))
+async def running_tasks(principal: Principal, service: ServiceDep) -> Running:
+    """How many of the caller's tasks run now, beside the concurrency limits on them; 401
+    anonymous. Tasks beyond a limit wait ``submitted`` until a slot is free."""
+    owner = named(principal, "reading running tasks")
+    limits = service.queue.sync.limits
+    counts = await service.store.running_counts()
+    mine = {name: count for (held_by, name), count in counts.items() if held_by == owner}
+    names = sorted(set(mine) | set(limits.per_job))
+    return Running(
+        running=sum(mine.values()),
+        limit=limits.per_owner,
+        jobs={
+            name: JobRunning(running=mine.get(name, 0), limit=limits.per_job.get(name))
+            for name in names
+        },
+    )
 
 
 @router.get(

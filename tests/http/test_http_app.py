@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,7 +22,15 @@ import pytest
 from celery import Celery
 from fastapi.testclient import TestClient
 
-from queuestore import InMemoryTaskStore, Settings, TaskContext, TaskQueue, TaskStatus, job
+from queuestore import (
+    ConcurrencyLimits,
+    InMemoryTaskStore,
+    Settings,
+    TaskContext,
+    TaskQueue,
+    TaskStatus,
+    job,
+)
 from queuestore.http import StaticTokens, create_app
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
@@ -391,3 +400,32 @@ def test_the_job_name_pattern_means_the_same_in_json_schema() -> None:
     for char in map(chr, range(0x10000)):
         if re.match(as_ecma_reads_it, char):
             assert re.match(NAME_PATTERN, char), repr(char)
+
+
+def test_running_shows_the_caller_s_runs_beside_the_limits() -> None:
+    app = Celery("http-limits", broker="memory://", set_as_current=False)
+    limits = ConcurrencyLimits(per_owner=2, per_job={"report": 1})
+    queue = TaskQueue(InMemoryTaskStore(), app, limits=limits)
+    tokens = {"ta": "alice", "tb": "bob"}
+    with client(queue, http_tokens=tokens) as http:
+        for name in ("job", "job", "report"):
+            created = http.post(
+                "/tasks", json={"name": name}, headers={"Authorization": "Bearer ta"}
+            )
+            queue.store.claim(created.json()["id"], "w", timedelta(seconds=30), limits=limits)
+        http.post("/tasks", json={"name": "job"}, headers={"Authorization": "Bearer tb"})
+
+        alice = http.get("/tasks:running", headers={"Authorization": "Bearer ta"})
+        bob = http.get("/tasks:running", headers={"Authorization": "Bearer tb"})
+        anonymous = http.get("/tasks:running")
+
+    assert alice.status_code == 200, alice.text
+    # The owner's limit let two run; the third (a report) waits for one of them.
+    assert alice.json() == {
+        "running": 2,
+        "limit": 2,
+        "jobs": {"job": {"running": 2, "limit": None}, "report": {"running": 0, "limit": 1}},
+    }
+    assert bob.json() == {"running": 0, "limit": 2, "jobs": {"report": {"running": 0, "limit": 1}}}
+    assert anonymous.status_code == 401
+    app.close()

@@ -57,6 +57,7 @@ OPERATIONS = [
     "POST /tasks",
     "POST /tasks:batch",
     "GET /tasks",
+    "GET /tasks:running",
     "GET /tasks/{task_id}",
     "POST /tasks/{task_id}/cancel",
     "POST /tasks/{task_id}/resume",
