@@ -349,12 +349,16 @@ class TaskQueue:
     def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
         """Answer a task in ``input_required`` and run its job again.
 
+        Under :attr:`limits`, a task whose owner or job has no free slot waits
+        for one, as a new task does.
+
         Raises:
             InvalidTransition: the task is not waiting for input.
             TaskNotFound: no such task visible to ``owner``.
         """
         task = self.store.provide_input(task_id, answer, owner=owner)
-        self.dispatch(task)
+        if self._with_slots([task]):
+            self.dispatch(task)
         return task
 
     def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:

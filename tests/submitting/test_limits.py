@@ -138,6 +138,25 @@ def test_a_flood_puts_no_more_messages_in_the_broker_than_there_are_free_slots(
     assert len(published.messages) == 3
 
 
+def test_a_resumed_task_waits_for_a_slot_as_a_new_one_does(
+    limited: TaskQueue, published: Published
+) -> None:
+    running = limited.submit("test.job", owner="a")
+    asked = limited.submit("test.job", owner="a")
+    limited.store.claim(asked.id, "w", LEASE)
+    limited.store.report(asked.id, "w", status="input_required")
+    limited.store.claim(running.id, "elsewhere", LEASE)
+    published.messages.clear()
+
+    resumed = limited.resume(asked.id, "yes")
+
+    assert resumed.status is TaskStatus.WORKING
+    assert published.messages == []
+    ended = limited.store.report(running.id, "elsewhere", status="completed")
+    assert limited.hand_off(ended) == 1
+    assert ids(published) == [asked.id]
+
+
 def test_a_job_limit_holds_across_owners(
     app: Celery, limited: TaskQueue, published: Published
 ) -> None:
