@@ -480,6 +480,7 @@ class TaskQueue:
             else:
                 log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
                 self.dispatch(task, countdown=_reaper_backoff(lost_runs(task)))
+        # After every retry is published: a hand-off would publish a retry again.
         for task in reaped:
             if task.is_terminal:
                 self.hand_off(task)

@@ -202,13 +202,11 @@ def _after_refusal(settings: RunSettings, task_id: str) -> None:
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
         return
     # Unclaimed and pending, yet refused: at its limit, or before its start.
-    if settings.limits.applies(task) and (
-        task.run_at is None or settings.limits.slots(settings.store.running_counts()).full(task)
-    ):
+    if settings.limits.applies(task) and (task.run_at is None or _at_limit(settings, task)):
         log.info("task %s waits for a slot: its owner or job is at its concurrency limit", task_id)
         waits = settings.store.wait_for_slot(task.id, version=task.version) is not None
         # A run that ended since the claim's count may have handed its slot to no one.
-        if waits and not settings.limits.slots(settings.store.running_counts()).full(task):
+        if waits and not _at_limit(settings, task):
             _hand_off(settings, task)
         return
     if task.run_at is None:
@@ -221,11 +219,14 @@ def _after_refusal(settings: RunSettings, task_id: str) -> None:
     settings.dispatch(task, countdown=wait)
 
 
+def _at_limit(settings: RunSettings, task: Task) -> bool:
+    """Whether ``task``'s owner or job has no free slot now."""
+    return settings.limits.slots(settings.store.running_counts()).full(task)
+
+
 def _hand_off(settings: RunSettings, ended: Task) -> None:
     """Publish the tasks waiting for the slot ``ended`` held; in a store outage the
     dispatcher sweep does it later."""
-    if not settings.limits.applies(ended):
-        return
     try:
         settings.hand_off(ended)
     except StoreUnavailable as exc:

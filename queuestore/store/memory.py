@@ -188,19 +188,9 @@ class InMemoryTaskStore(TaskStore):
                     self._dispatched[task_id] = now
 
     def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
-        with self._changed:  # the count and the claim under one lock
+        with self._changed:  # the count and the claim under one (reentrant) lock
             task = self._tasks.get(task_id)
-            if task is None:
-                return None
-            caps = limits.caps(task.owner, task.name)
-            running = [held for held in self._tasks.values() if held.worker_id is not None]
-            if caps.owner is not None and caps.owner <= sum(
-                1 for held in running if held.owner == task.owner
-            ):
-                return None
-            if caps.job is not None and caps.job <= sum(
-                1 for held in running if held.name == task.name
-            ):
+            if task is None or limits.slots(self._running_counts()).full(task):
                 return None
             return self._write(task_id, write)
 

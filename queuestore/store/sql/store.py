@@ -34,7 +34,7 @@ from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import ListQuery, NewTask, SweepFilter, Write, dispatch_order
 from queuestore.store.sql import codec, queries
 from queuestore.store.sql.engine import make_engine
-from queuestore.store.sql.executor import Executor
+from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
 from queuestore.watch import Listener, StatusChange
 
@@ -147,16 +147,20 @@ class SqlTaskStore(TaskStore):
         """
         params |= self._clock_params(lease)
         if self._postgres:
-            prepared = self._executor.prepare(
-                ("json", key),
-                lambda: build([queries.TASK_OBJECT]),
-                columns=[queries.TASK_JSON],
-            )
-            rows = self._executor.rows(prepared, params, read=read)
+            rows = self._executor.rows(self._as_json(key, build), params, read=read)
             return codec.task(rows[0]) if rows else None
         prepared = self._executor.prepare(key, lambda: build(queries.COLUMNS))
         rows = self._executor.rows(prepared, params, read=read)
         return codec.task(rows[0]) if rows else None
+
+    def _as_json(
+        self, key: object, build: Callable[[Sequence[ColumnElement[Any]]], ClauseElement]
+    ) -> Prepared:
+        """The statement ``build`` makes for ``key``, returning its task as one JSON
+        object (PostgreSQL), prepared once."""
+        return self._executor.prepare(
+            ("json", key), lambda: build([queries.TASK_OBJECT]), columns=[queries.TASK_JSON]
+        )
 
     def _rows(self, statement: Select[Any]) -> list[Task]:
         """The tasks a statement built per call (off the hot path) selects, as columns."""
@@ -412,11 +416,7 @@ class SqlTaskStore(TaskStore):
         shape = WriteShape.of(limited, announce=False, watched=True)
         assert limited.claim is not None
         params = shape.params(task_id, limited) | self._clock_params(limited.claim[1])
-        claim = self._executor.prepare(
-            ("json", shape),
-            lambda: queries.write_task(shape, self._clock, [queries.TASK_OBJECT]),
-            columns=[queries.TASK_JSON],
-        )
+        claim = self._as_json(shape, functools.partial(queries.write_task, shape, self._clock))
         lock = self._executor.prepare("lock_slots", lambda: queries.LOCK_SLOTS, columns=[])
         slots = {
             "task_id": task_id,
