@@ -83,6 +83,23 @@ class InvalidTaskData(QueueStoreError, ValueError):
         self.field = field
 
 
+class CallbackRefused(InvalidTaskData):
+    """A callback URL queuestore will not call: its scheme, its form, or where it resolves to.
+
+    Raised when a callback is registered, before anything is written. ``field`` is
+    ``"callback.url"``.
+
+    Attributes:
+        url: the refused URL, as given.
+        reason: a short phrase such as ``"resolves to a private address 10.0.0.5"``.
+    """
+
+    def __init__(self, url: str, reason: str, *, field: str = "callback.url") -> None:
+        super().__init__(f"callback URL {url!r} refused: {reason}", field=field)
+        self.url = url
+        self.reason = reason
+
+
 class StoreUnavailable(QueueStoreError):
     """The storage backend cannot be reached; the original exception is chained."""
 
@@ -93,6 +110,7 @@ class BrokerUnavailable(QueueStoreError):
 
 __all__ = [
     "BrokerUnavailable",
+    "CallbackRefused",
     "InvalidCursor",
     "InvalidTaskData",
     "InvalidTransition",
