@@ -176,6 +176,8 @@ def sqlite_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
 
 
 def _emptied(engine: Engine) -> Engine:
+    # PostgreSQL's TRUNCATE of the tasks empties the callbacks and deliveries
+    # (a trigger); SQLite's DELETE fires the row trigger that deletes them.
     statement = "TRUNCATE " if engine.dialect.name == "postgresql" else "DELETE FROM "
     with engine.begin() as connection:
         connection.execute(text(statement + TABLE))

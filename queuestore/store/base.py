@@ -33,6 +33,7 @@ from queuestore.models import (
     new_task_id,
 )
 from queuestore.owner import ANY, Owner
+from queuestore.store.callbacks import CallbackProtocol
 from queuestore.store.protocol import WorkerProtocol, lost_runs
 from queuestore.store.rules import (
     _PARKED,
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 
-class TaskStore(WorkerProtocol):
+class TaskStore(WorkerProtocol, CallbackProtocol):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:
@@ -70,6 +71,8 @@ class TaskStore(WorkerProtocol):
             accepted, measured as compact JSON.
         cursor_secret: the key that signs pagination cursors; share it between
             processes that serve the same clients.
+        url_policy: which callback URLs are accepted (by default, none that
+            resolves to a private, loopback or link-local address).
     """
 
     # -- public verbs -------------------------------------------------------

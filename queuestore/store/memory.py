@@ -9,12 +9,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from queuestore.callbacks import Callback, Delivery, DeliveryState, event_id, snapshot
 from queuestore.cursor import CursorKey
 from queuestore.errors import TaskConflict
 from queuestore.limits import ConcurrencyLimits
 from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
+from queuestore.store.callbacks import Outgoing, Settlement, catch_up
 from queuestore.store.rules import (
     UNSET,
     ListQuery,
@@ -42,6 +44,9 @@ class InMemoryTaskStore(TaskStore):
         # Reentrant: a claim within limits counts and writes under the one lock.
         self._changed = threading.Condition(threading.RLock())
         self._listeners: list[list[StatusChange]] = []
+        # Push: each task's callbacks by id, with their keys; the deliveries by id.
+        self._callbacks_of: dict[str, dict[str, tuple[str, Callback]]] = {}
+        self._outbox: dict[int, tuple[str, Delivery]] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -114,10 +119,7 @@ class InMemoryTaskStore(TaskStore):
                     self._expires[task_id] = now + task.ttl
             written = task.model_copy(update=update)
             self._tasks[task_id] = written
-            if write.status is not None:
-                for inbox in self._listeners:
-                    inbox.append((task_id, write.status))
-            self._changed.notify_all()
+            self._written(task, written, write.status)
             return written
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
@@ -141,6 +143,9 @@ class InMemoryTaskStore(TaskStore):
 
     def _forget(self, task_id: str) -> None:
         del self._tasks[task_id]
+        self._callbacks_of.pop(task_id, None)
+        for delivery_id in [i for i, (_, d) in self._outbox.items() if d.task_id == task_id]:
+            del self._outbox[delivery_id]
         self._expires.pop(task_id, None)
         self._dispatched.pop(task_id, None)
         self._records.discard(task_id)
@@ -193,6 +198,165 @@ class InMemoryTaskStore(TaskStore):
             if task is None or limits.slots(self._running_counts()).full(task):
                 return None
             return self._write(task_id, write)
+
+    def _written(self, before: Task, after: Task, status: TaskStatus | None) -> None:
+        """Announce a committed write, and commit its deliveries (the lock held)."""
+        if after.status != before.status:
+            self._enqueue(after)
+        if status is not None:
+            for inbox in self._listeners:
+                inbox.append((after.id, status))
+        self._changed.notify_all()
+
+    # -- push ---------------------------------------------------------------
+
+    def _enqueue(self, task: Task, only: str | None = None) -> None:
+        """Commit a delivery of ``task``'s status to each callback that wants it (the lock held)."""
+        for key, callback in self._callbacks_of.get(task.id, {}).values():
+            if (only is None or key == only) and callback.wants(task.status):
+                delivery_id = max(self._outbox, default=0) + 1
+                delivery = Delivery(
+                    id=delivery_id,
+                    event_id=event_id(key, task.version),
+                    task_id=task.id,
+                    callback_id=callback.id,
+                    url=callback.url,
+                    status=task.status,
+                    version=task.version,
+                    created_at=task.updated_at,
+                    next_attempt_at=task.updated_at,
+                    task=snapshot(task),
+                )
+                self._outbox[delivery_id] = (key, delivery)
+        self._changed.notify_all()
+
+    def _add_callback(
+        self, key: str, callback: Callback, scope: OwnerScope, task_may_follow: bool
+    ) -> Callback | None:
+        with self._changed:
+            task = self._tasks.get(callback.task_id)
+            if task is None and not task_may_follow:
+                return None
+            if task is not None and not scope.admits(task.owner):
+                return None
+            if task is not None:
+                callback = callback.model_copy(update={"owner": task.owner})
+            callbacks = self._callbacks_of.setdefault(callback.task_id, {})
+            replaced = callbacks.get(callback.id)
+            if replaced is not None:
+                key = replaced[0]
+            callbacks[callback.id] = (key, callback)
+            if replaced is None and task is not None and catch_up(callback, task.status):
+                self._enqueue(task, only=key)
+            return callback
+
+    def _callbacks(self, task_id: str, scope: OwnerScope) -> list[Callback]:
+        with self._changed:
+            callbacks = [callback for _, callback in self._callbacks_of.get(task_id, {}).values()]
+        return [callback for callback in callbacks if scope.admits(callback.owner)]
+
+    def _remove_callbacks(self, task_id: str, callback_id: str | None, scope: OwnerScope) -> int:
+        with self._changed:
+            callbacks = self._callbacks_of.get(task_id, {})
+            gone = [
+                (callback.id, key)
+                for key, callback in callbacks.values()
+                if callback_id in (None, callback.id) and scope.admits(callback.owner)
+            ]
+            keys = {key for _, key in gone}
+            for known, _ in gone:
+                del callbacks[known]
+            for delivery_id, (key, delivery) in list(self._outbox.items()):
+                if key in keys and delivery.state is DeliveryState.PENDING:
+                    del self._outbox[delivery_id]
+            return len(gone)
+
+    def _deliveries(self, task_id: str) -> list[Delivery]:
+        with self._changed:
+            entries = sorted(self._outbox.items())
+            urls = {key: c.url for key, c in self._callbacks_of.get(task_id, {}).values()}
+        return [
+            delivery.model_copy(update={"url": urls.get(key, delivery.url)})
+            for _, (key, delivery) in entries
+            if delivery.task_id == task_id
+        ]
+
+    def _revive(self, task_id: str, delivery_id: int) -> Delivery | None:
+        with self._changed:
+            key, delivery = self._outbox.get(delivery_id, ("", None))
+            if (
+                delivery is None
+                or delivery.task_id != task_id
+                or delivery.state is not DeliveryState.DEAD
+            ):
+                return None
+            revived = delivery.model_copy(
+                update={"state": DeliveryState.PENDING, "next_attempt_at": self._now()}
+            )
+            self._outbox[delivery_id] = (key, revived)
+            self._changed.notify_all()
+            return revived
+
+    def _take_deliveries(self, limit: int, lease: timedelta) -> list[Outgoing]:
+        with self._changed:
+            now = self._now()
+            heads: dict[str, tuple[int, Delivery]] = {}
+            for delivery_id, (key, delivery) in sorted(self._outbox.items()):
+                if delivery.state is DeliveryState.PENDING and key not in heads:
+                    heads[key] = (delivery_id, delivery)
+            due = sorted(
+                (
+                    d
+                    for d in heads.values()
+                    if d[1].next_attempt_at is not None and d[1].next_attempt_at <= now
+                ),
+                key=lambda item: (item[1].next_attempt_at, item[0]),
+            )[:limit]
+            taken = []
+            for delivery_id, delivery in due:
+                key = self._outbox[delivery_id][0]
+                callback = next(
+                    c for k, c in self._callbacks_of[delivery.task_id].values() if k == key
+                )
+                held = delivery.model_copy(
+                    update={
+                        "attempts": delivery.attempts + 1,
+                        "next_attempt_at": now + lease,
+                        "url": callback.url,
+                    }
+                )
+                self._outbox[delivery_id] = (key, held)
+                taken.append(Outgoing(held, callback))
+            return taken
+
+    def _settle(self, delivery_id: int, attempts: int, settlement: Settlement) -> bool:
+        with self._changed:
+            key, delivery = self._outbox.get(delivery_id, ("", None))
+            if (
+                delivery is None
+                or delivery.state is not DeliveryState.PENDING
+                or delivery.attempts != attempts
+            ):
+                return False
+            delivered = settlement.state is DeliveryState.DELIVERED
+            self._outbox[delivery_id] = (
+                key,
+                delivery.model_copy(
+                    update={
+                        "state": settlement.state,
+                        "response_status": settlement.response_status,
+                        "last_error": None if delivered else settlement.error,
+                        "next_attempt_at": settlement.retry_at,
+                        "delivered_at": self._now() if delivered else None,
+                    }
+                ),
+            )
+            self._changed.notify_all()
+            return True
+
+    def _count_deliveries(self) -> dict[DeliveryState, int]:
+        with self._changed:
+            return dict(Counter(delivery.state for _, delivery in self._outbox.values()))
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._changed:

@@ -43,6 +43,7 @@ from queuestore.models import (
 from queuestore.owner import Owner, OwnerScope
 from queuestore.store.observer import StoreObserver
 from queuestore.watch import ChangeFeed, Listener, StatusChange
+from queuestore.webhooks import UrlPolicy
 
 
 class _Unset(Enum):
@@ -217,8 +218,10 @@ class StoreCore(ABC):
         require_owner: bool = False,
         max_payload_bytes: int = check.DEFAULT_MAX_PAYLOAD_BYTES,
         cursor_secret: bytes | str | None = None,
+        url_policy: UrlPolicy | None = None,
     ) -> None:
         self.require_owner = require_owner
+        self.url_policy = UrlPolicy() if url_policy is None else url_policy
         self.max_payload_bytes = check.positive_int(max_payload_bytes, "max_payload_bytes")
         self._cursors = CursorCodec(cursor_secret)
         self._feed = ChangeFeed(self._changed_since, self._now, self.subscribe, self._watch_tasks)

@@ -1,4 +1,4 @@
-"""The ``queuestore_tasks`` and ``queuestore_watches`` tables, as typed SQLAlchemy 2 mappings.
+"""queuestore's tables, as typed SQLAlchemy 2 mappings: tasks, watches, callbacks, deliveries.
 
 The Alembic migrations in ``queuestore/store/sql/migrations`` build exactly this schema;
 a test compares the two on SQLite and PostgreSQL.
@@ -228,3 +228,85 @@ class WatchRow(Base):
 
     task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     until: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+_PENDING = "state = 'pending'"
+
+
+class CallbackRow(Base):
+    """A URL a task's status changes are sent to (:class:`queuestore.callbacks.Callback`).
+
+    No foreign key: an A2A push config may be registered for a task id just
+    before its task's row is written. A trigger deletes a task's callbacks
+    and deliveries with the task.
+    """
+
+    __tablename__ = "queuestore_callbacks"
+
+    # Unique across tasks and databases: the deliveries' event ids are made of it.
+    key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64))
+    id: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str | None] = mapped_column(String(256))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[str] = mapped_column(String(10))
+    format: Mapped[str] = mapped_column(String(10))
+    token: Mapped[str | None] = mapped_column(Text)
+    auth_scheme: Mapped[str | None] = mapped_column(String(64))
+    auth_credentials: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint("events IN ('terminal', 'all')", name="events"),
+        CheckConstraint("format IN ('webhook', 'a2a')", name="format"),
+        Index("uq_queuestore_callbacks_task_id_id", "task_id", "id", unique=True),
+    )
+
+
+class DeliveryRow(Base):
+    """One status change to send to one callback: the outbox, written by a trigger.
+
+    ``AFTER UPDATE OF status ON queuestore_tasks`` inserts a row for each
+    callback of the task that wants the new status, in the transaction of the
+    change (see migration 0009), with the task as the change left it.
+    """
+
+    __tablename__ = "queuestore_deliveries"
+
+    # INTEGER PRIMARY KEY on SQLite (the rowid), an identity on PostgreSQL: the
+    # order of a callback's deliveries, which is the order of its task's changes.
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    callback_key: Mapped[str] = mapped_column(String(32))
+    task_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20))
+    version: Mapped[int] = mapped_column(Integer)
+    task: Mapped[dict[str, Any]] = mapped_column(JsonColumn)
+    state: Mapped[str] = mapped_column(String(10), server_default=text("'pending'"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Pending: when it is due; while an attempt runs, when it may be taken again.
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    response_status: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'delivered', 'dead')", name="state"),
+        Index(None, "task_id", "id"),
+        # The head of each callback's queue: its oldest pending delivery.
+        Index(
+            "ix_queuestore_deliveries_pending",
+            "callback_key",
+            "id",
+            postgresql_where=text(_PENDING),
+            sqlite_where=text(_PENDING),
+        ),
+        Index(
+            "ix_queuestore_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text(_PENDING),
+            sqlite_where=text(_PENDING),
+        ),
+    )

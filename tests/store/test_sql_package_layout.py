@@ -1,7 +1,9 @@
 """The SQL package keeps each concern in its module: SQL is built in the catalogue only.
 
-``queries`` builds every statement; the store says which to run, the executor
-runs them, the codec decodes their rows, the engine module makes engines.
+``queries`` builds every statement of tasks; the store says which to run, the
+executor runs them, the codec decodes their rows, the engine module makes
+engines. ``push``, off the tasks' hot path, builds and runs the statements of
+callbacks and deliveries on the connections the store hands it.
 These tests read the modules' imports, so that a statement built elsewhere
 (an inline ``select``, a ``func.now()``) is found before review has to.
 """
@@ -72,4 +74,4 @@ def test_an_inline_statement_would_be_found() -> None:
 def test_the_package_holds_the_modules_it_says() -> None:
     modules = {path.stem for path in PACKAGE.glob("*.py")}
 
-    assert modules == {"__init__", "queries", "codec", "executor", "engine", "store"}
+    assert modules == {"__init__", "queries", "codec", "executor", "engine", "store", "push"}

@@ -24,15 +24,17 @@ from typing import Any, ParamSpec, TypeVar, cast
 from sqlalchemy import ColumnElement, Connection, Engine
 from sqlalchemy.sql import ClauseElement, Executable, Select
 
+from queuestore.callbacks import Callback, Delivery, DeliveryState
 from queuestore.cursor import CursorKey
 from queuestore.errors import StoreUnavailable, TaskConflict
 from queuestore.limits import ConcurrencyLimits
 from queuestore.models import Task, TaskStatus
 from queuestore.owner import OwnerScope
 from queuestore.store.base import TaskStore
+from queuestore.store.callbacks import Outgoing, Settlement
 from queuestore.store.protocol import stops_a_run
 from queuestore.store.rules import ListQuery, NewTask, SweepFilter, Write, dispatch_order
-from queuestore.store.sql import codec, queries
+from queuestore.store.sql import codec, push, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -425,6 +427,65 @@ class SqlTaskStore(TaskStore):
         }
         rows = self._executor.in_transaction([(lock, slots), (claim, params)])
         return codec.task(rows[0]) if rows else None
+
+    # -- push ---------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A connection in one transaction: READ COMMITTED on PostgreSQL, serialised on SQLite."""
+        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
+        transactional = self.engine.execution_options(isolation_level=level)
+        with self._executor.guard(), transactional.begin() as connection:
+            yield connection
+
+    def _add_callback(
+        self, key: str, callback: Callback, scope: OwnerScope, task_may_follow: bool
+    ) -> Callback | None:
+        with self._transaction() as connection:
+            added, _ = push.add_callback(
+                connection, key, callback, scope, task_may_follow, postgres=self._postgres
+            )
+            return added
+
+    def _callbacks(self, task_id: str, scope: OwnerScope) -> list[Callback]:
+        with self._executor.connection() as connection:
+            return push.callbacks(connection, task_id, scope)
+
+    def _remove_callbacks(self, task_id: str, callback_id: str | None, scope: OwnerScope) -> int:
+        with self._transaction() as connection:
+            return push.remove_callbacks(connection, task_id, callback_id, scope)
+
+    def _deliveries(self, task_id: str) -> list[Delivery]:
+        with self._executor.connection() as connection:
+            return push.deliveries(connection, task_id)
+
+    def _revive(self, task_id: str, delivery_id: int) -> Delivery | None:
+        with self._transaction() as connection:
+            return push.revive(connection, task_id, delivery_id, self._clock.at())
+
+    def _take_deliveries(self, limit: int, lease: timedelta) -> list[Outgoing]:
+        now = self._clock.at()
+        until = self._clock.earlier(now, -lease)
+        with self._transaction() as connection:
+            return push.take(connection, limit, now, until, postgres=self._postgres)
+
+    def _settle(self, delivery_id: int, attempts: int, settlement: Settlement) -> bool:
+        with self._executor.connection() as connection:
+            return push.settle(connection, delivery_id, attempts, settlement, self._clock.at())
+
+    def _count_deliveries(self) -> dict[DeliveryState, int]:
+        with self._executor.connection() as connection:
+            return push.count(connection)
+
+    @contextmanager
+    def subscribe_deliveries(self) -> Iterator[Listener]:
+        """Committed deliveries via LISTEN on PostgreSQL; plain sleeping on SQLite."""
+        if not self._postgres:
+            with super().subscribe_deliveries() as listen:
+                yield listen
+            return
+        with self._listening(push.DELIVERY_CHANNEL) as listen:
+            yield listen
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._executor.connection() as connection:
