@@ -1,8 +1,18 @@
 """queuestore: a durable task store whose tasks run as Celery jobs."""
 
+from queuestore.callbacks import (
+    Callback,
+    CallbackEvents,
+    CallbackFormat,
+    CallbackRequest,
+    Delivery,
+    DeliveryState,
+)
 from queuestore.config import Settings
+from queuestore.deliver import Deliverer, DeliveryPolicy
 from queuestore.errors import (
     BrokerUnavailable,
+    CallbackRefused,
     InvalidCursor,
     InvalidTaskData,
     InvalidTransition,
@@ -28,6 +38,7 @@ from queuestore.owner import ANY
 from queuestore.queue import TaskQueue
 from queuestore.retries import Retry
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
+from queuestore.webhooks import SigningSecret, UrlPolicy
 from queuestore.worker import InputRequested, Job, JobCancelled, TaskContext, job
 
 __all__ = [
@@ -38,7 +49,16 @@ __all__ = [
     "UNSET",
     "Artifact",
     "BrokerUnavailable",
+    "Callback",
+    "CallbackEvents",
+    "CallbackFormat",
+    "CallbackRefused",
+    "CallbackRequest",
     "ConcurrencyLimits",
+    "Deliverer",
+    "Delivery",
+    "DeliveryPolicy",
+    "DeliveryState",
     "InMemoryTaskStore",
     "InputRequested",
     "InvalidCursor",
@@ -50,6 +70,7 @@ __all__ = [
     "QueueStoreError",
     "Retry",
     "Settings",
+    "SigningSecret",
     "SqlTaskStore",
     "StoreUnavailable",
     "Task",
@@ -61,6 +82,7 @@ __all__ = [
     "TaskQueue",
     "TaskStatus",
     "TaskStore",
+    "UrlPolicy",
     "job",
     "make_engine",
     "new_task_id",

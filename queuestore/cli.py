@@ -9,6 +9,8 @@ is one line on stderr and a non-zero exit (2: bad usage or configuration,
 from __future__ import annotations
 
 import json
+import logging
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -22,15 +24,18 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
+from queuestore.callbacks import CallbackEvents, CallbackFormat, CallbackRequest
 from queuestore.config import Duration, Settings
 from queuestore.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
 from queuestore.janitor import run_janitor
 from queuestore.limits import Caps
+from queuestore.logs import setup as setup_logging
 from queuestore.models import LIVE, Task
 from queuestore.owner import ANY, Owner
 from queuestore.presentation import TaskWatchView, task_table
 from queuestore.store.sql import SqlTaskStore
 from queuestore.watch import Watch
+from queuestore.webhooks import SigningSecret
 
 app = typer.Typer(
     help="A durable task store whose tasks run as Celery jobs.",
@@ -262,6 +267,54 @@ def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
     console.print(table if rows else "no task is running")
 
 
+@tasks.command("deliveries")
+def tasks_deliveries(
+    task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+) -> None:
+    """The task's callback deliveries: pending, delivered and dead, oldest first."""
+    with _reporting():
+        deliveries = _store(url).deliveries(task_id, owner=_owner(owner))
+    if as_json:
+        _print_json(
+            {"deliveries": [d.model_dump(mode="json", exclude={"task"}) for d in deliveries]}
+        )
+        return
+    if not deliveries:
+        console.print("no delivery: the task has no callback, or no change it wants yet")
+        return
+    table = Table(
+        "id", "status", "state", "attempts", "changed", "delivered / next", "error", "url"
+    )
+    for delivery in deliveries:
+        when = delivery.delivered_at or delivery.next_attempt_at
+        table.add_row(
+            str(delivery.id),
+            delivery.status.value,
+            delivery.state.value,
+            str(delivery.attempts),
+            delivery.created_at.isoformat(timespec="seconds"),
+            "-" if when is None else when.isoformat(timespec="seconds"),
+            delivery.last_error or "-",
+            delivery.url,
+        )
+    console.print(table)
+
+
+@tasks.command("redeliver")
+def tasks_redeliver(
+    task_id: str,
+    delivery_id: Annotated[
+        int, typer.Argument(help="The dead delivery, as `deliveries` lists it.")
+    ],
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+) -> None:
+    """Send a dead delivery again, now (its callback's later ones wait behind it)."""
+    with _reporting():
+        delivery = _store(url).redeliver(task_id, delivery_id, owner=_owner(owner))
+    console.print(f"delivery {delivery.id} of {delivery.task_id} is {delivery.state.value}")
+
+
 def _caps_json(caps: Caps) -> dict[str, int | None]:
     return {"owner_limit": caps.owner, "job_limit": caps.job}
 
@@ -404,6 +457,13 @@ def tasks_submit(
     priority: Annotated[
         int, typer.Option(min=0, max=9, help="0 (the default) to 9, the most urgent.")
     ] = 0,
+    callback: Annotated[
+        str | None, typer.Option(help="Send the task's status changes to this URL.")
+    ] = None,
+    callback_events: Annotated[
+        CallbackEvents,
+        typer.Option(help="Which changes the callback gets: the end only, or every status."),
+    ] = CallbackEvents.TERMINAL,
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
@@ -425,6 +485,9 @@ def tasks_submit(
             context_id=context_id,
             unique_key=unique_key,
             priority=priority,
+            callback=None
+            if callback is None
+            else CallbackRequest(url=callback, events=callback_events),
             **arguments,
         )
     if as_json:
@@ -555,6 +618,60 @@ def janitor(
     with _reporting():
         removed = run_janitor(_store(url), timedelta(seconds=ttl), batch_size=batch_size)
     console.print(f"removed {removed} expired tasks")
+
+
+@app.command()
+def deliver(
+    url: UrlOption = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, help="Calls at once; default QUEUESTORE_DELIVERY_CONCURRENCY."),
+    ] = None,
+    new_secret: Annotated[
+        bool, typer.Option("--new-secret", help="Print a new signing secret and exit.")
+    ] = False,
+) -> None:
+    """Send the task status changes to their callbacks until stopped (SIGTERM, Ctrl-C).
+
+    Run as many as needed, anywhere that reaches the database and the
+    receivers: they share the work, and each delivery of a callback goes in
+    the order of its task's changes.
+    """
+    from queuestore.deliver import Deliverer
+
+    if new_secret:
+        console.print(str(SigningSecret.generate()))
+        return
+    with _reporting():
+        settings = _settings(url)
+        store = settings.model_copy(update={"auto_migrate": False}).make_store()
+        observer = None
+        if settings.metrics_port is not None:
+            from queuestore.metrics.prometheus import serve_delivery_metrics
+
+            observer = serve_delivery_metrics(store, settings.metrics_port)
+        deliverer = Deliverer(
+            store,
+            secrets=settings.signing_secrets,
+            policy=settings.delivery_policy,
+            formats=_delivery_formats(),
+            concurrency=concurrency or settings.delivery_concurrency,
+            observer=observer,
+        )
+    setup_logging(settings.log_format, settings.log_level or "INFO")
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: deliverer.stop())
+    logging.getLogger("queuestore.deliver").info("delivering callbacks from %r", store)
+    deliverer.run()
+
+
+def _delivery_formats() -> dict[CallbackFormat, Any]:
+    """The formats beside the webhook's: A2A push notifications, when a2a-sdk is installed."""
+    try:
+        from queuestore.a2a.push import a2a_request
+    except ImportError:
+        return {}
+    return {CallbackFormat.A2A: a2a_request}
 
 
 @app.command()

@@ -7,22 +7,25 @@ a bare machine runs the whole flow without any server.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from celery import Celery
-from pydantic import BeforeValidator, Field, PositiveInt, SecretStr
+from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.broker import TRANSPORT as FILESYSTEM_TRANSPORT
+from queuestore.deliver import DeliveryPolicy
 from queuestore.limits import ConcurrencyLimits
 from queuestore.metrics import prepare_multiprocess_dir
 from queuestore.queue import TaskQueue
 from queuestore.store.base import TaskStore
 from queuestore.store.sql import SqlTaskStore
 from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
+from queuestore.webhooks import SigningSecret, UrlPolicy
 
 EMBEDDED_HOME = Path(".queuestore")
 
@@ -38,6 +41,34 @@ def _seconds(value: Any) -> Any:
 
 
 Duration = Annotated[timedelta, BeforeValidator(_seconds)]
+
+
+def _json_text(value: Any) -> Any:
+    """Read a JSON text (as the environment gives it, or as a caller may) as its value."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _signing_secret(value: SecretStr) -> SecretStr:
+    SigningSecret.parse(value.get_secret_value())  # a ValueError that does not echo the key
+    return value
+
+
+SigningKeys = Annotated[
+    list[Annotated[SecretStr, AfterValidator(_signing_secret)]], BeforeValidator(_json_text)
+]
+
+
+def _networks(value: list[str]) -> list[str]:
+    UrlPolicy.allowing(*value)  # a ValueError naming the malformed network
+    return value
+
+
+Networks = Annotated[list[str], BeforeValidator(_json_text), AfterValidator(_networks)]
 
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -77,7 +108,10 @@ class Settings(BaseSettings):
     hides the passwords in URLs, as secrets are hidden.
     """
 
-    model_config = SettingsConfigDict(env_prefix="QUEUESTORE_", extra="ignore")
+    # Errors name the setting, never its value: it may be a secret or hold a password.
+    model_config = SettingsConfigDict(
+        env_prefix="QUEUESTORE_", extra="ignore", hide_input_in_errors=True
+    )
 
     home: Path = Field(EMBEDDED_HOME, description="Folder of the embedded database and broker.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite in home.")
@@ -171,6 +205,40 @@ class Settings(BaseSettings):
         "ack_after; unset: 12 s, or less where the lease leaves less.",
     )
 
+    # Push
+    webhook_secrets: SigningKeys = Field(
+        default_factory=list,
+        description="Keys that sign the callbacks (Standard Webhooks, `whsec_<base64>`), as "
+        "a JSON list; each delivery carries one signature per key, so add the new key first "
+        "to rotate. Empty: deliveries are unsigned. `queuestore deliver --new-secret` makes one.",
+    )
+    callback_allow_networks: Networks = Field(
+        default_factory=list,
+        description="Networks callbacks may reach although private, loopback or link-local "
+        '(refused otherwise), as a JSON list: `["10.0.0.0/8", "127.0.0.1"]`.',
+    )
+    delivery_timeout: float = Field(
+        10.0, gt=0, description="Seconds one callback call may take, its connection included."
+    )
+    delivery_concurrency: PositiveInt = Field(
+        8, description="Callback calls a `queuestore deliver` process makes at once."
+    )
+    delivery_backoff: float = Field(
+        1.0, gt=0, description="Seconds before a failed delivery's first retry; then doubled."
+    )
+    delivery_backoff_max: float = Field(
+        300.0, gt=0, description="The longest wait between two attempts of a delivery, seconds."
+    )
+    delivery_max_age: Duration = Field(
+        timedelta(hours=24),
+        description="A delivery still failing this long after its change is given up (dead).",
+    )
+    delivery_lease: Duration = Field(
+        timedelta(seconds=60),
+        description="How long a delivery taken by a deliverer is its own; one that dies "
+        "mid-call leaves it to the others after this. Longer than delivery_timeout.",
+    )
+
     # HTTP API
     http_host: str = Field("127.0.0.1", description="Address `queuestore serve` listens on.")
     http_port: int = Field(8000, ge=0, le=65535, description="Port `queuestore serve` listens on.")
@@ -240,11 +308,33 @@ class Settings(BaseSettings):
         """The database URL, defaulting to an SQLite file inside ``home``."""
         return self.database_url or f"sqlite:///{self.home / 'queuestore.db'}"
 
+    @property
+    def url_policy(self) -> UrlPolicy:
+        """The callback URLs accepted: public addresses, and ``callback_allow_networks``."""
+        return UrlPolicy.allowing(*self.callback_allow_networks)
+
+    @property
+    def delivery_policy(self) -> DeliveryPolicy:
+        """How deliverers call receivers: the ``delivery_*`` settings."""
+        return DeliveryPolicy(
+            timeout=self.delivery_timeout,
+            backoff=self.delivery_backoff,
+            backoff_max=self.delivery_backoff_max,
+            max_age=self.delivery_max_age,
+            lease=self.delivery_lease,
+        )
+
+    @property
+    def signing_secrets(self) -> list[SigningSecret]:
+        """``webhook_secrets``, parsed."""
+        return [SigningSecret.parse(secret.get_secret_value()) for secret in self.webhook_secrets]
+
     def make_store(self) -> SqlTaskStore:
         """A store on the configured database, migrated first when ``auto_migrate`` says so."""
         # Built from the URL, the store owns its engine: close() releases the pool.
         store = SqlTaskStore(
             self.resolved_database_url,
+            url_policy=self.url_policy,
             require_owner=self.require_owner,
             max_payload_bytes=self.max_payload_bytes,
             cursor_secret=(

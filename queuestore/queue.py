@@ -25,9 +25,15 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from queuestore.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.consumer import REDIS_SCHEMES, follow_lease
 from queuestore.dispatch import DispatchMarks
-from queuestore.errors import BrokerUnavailable, InvalidTaskData, StoreUnavailable
+from queuestore.errors import (
+    BrokerUnavailable,
+    InvalidTaskData,
+    QueueStoreError,
+    StoreUnavailable,
+)
 from queuestore.jobs import bind_settings, registered_job
 from queuestore.limits import NO_LIMITS, ConcurrencyLimits
 from queuestore.logs import about
@@ -177,6 +183,7 @@ class TaskQueue:
         delay: timedelta | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        callback: CallbackRequest | None = None,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -204,13 +211,22 @@ class TaskQueue:
         published: it waits in the store, ``submitted``, until a run of its
         owner or job ends and hands the slot on.
 
+        ``callback``: the task's status changes (``terminal`` or ``all``) are
+        sent to its URL (:meth:`TaskStore.add_callback
+        <queuestore.TaskStore.add_callback>`, id ``default``), registered
+        before the job is published; on a task a ``unique_key`` joins, it is
+        added beside the callbacks the task has.
+
         Raises:
+            CallbackRefused: the callback's URL is refused; nothing is written.
             InvalidTaskData: bad arguments, input the registered job cannot
                 take, or both ``run_at`` and ``delay``.
         """
         registered = registered_job(self.app, name)
         if registered is not None:
             registered.check_input(input or {})
+        if callback is not None:
+            self.store.url_policy.check_url(callback.url)  # before anything is written
         if unique_key is not None and task_id is None:
             task_id = new_task_id()  # to tell a new task from the key's holder
         task = self.store.create(
@@ -225,12 +241,32 @@ class TaskQueue:
             unique_key=unique_key,
             priority=priority,
         )
-        if unique_key is not None and task.id != task_id:
+        joined = unique_key is not None and task.id != task_id
+        if callback is not None:
+            self._register(task, callback, owner, joined=joined)
+        if joined:
             return task  # the live task that holds the key, already on its way
         starts_soon = task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead
         if starts_soon and self._with_slots([task]):
             self.dispatch(task)
         return task
+
+    def _register(
+        self, task: Task, callback: CallbackRequest, owner: str | None, *, joined: bool
+    ) -> None:
+        """Add a submit's callback to its task; a new task that cannot have it is deleted."""
+        try:
+            self.store.add_callback(
+                task.id,
+                callback.url,
+                events=callback.events,
+                callback_id=f"join-{new_task_id()}" if joined else DEFAULT_CALLBACK_ID,
+                owner=owner,
+            )
+        except QueueStoreError:
+            if not joined:
+                self.store.delete(task.id)  # never published: nothing ran
+            raise
 
     def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Task]:
         """:meth:`submit` for many tasks: one transaction, then one broker connection.

@@ -4,13 +4,15 @@ Two kinds of numbers:
 
 - **the store's state, read at scrape**: ``queuestore_tasks{status}`` (one
   ``GROUP BY`` over every owner's tasks) and ``queuestore_outbox_backlog``
-  (live tasks never published), by :class:`StoreCollector`. Any process that
+  (live tasks never published) and ``queuestore_deliveries_in_store{state}``
+  (callback deliveries pending, delivered, dead), by :class:`StoreCollector`. Any process that
   can reach the database reports the same values; alert on them from one.
 - **what this process did**, counted as its store writes (a
   :class:`~queuestore.store.observer.StoreObserver`): status transitions by
   job and new status, dispatch lag (submit to the first claim, on the
-  database's clock), janitor removals, reaper retries and failures; and the
-  duration of each job run, from Celery's ``task_prerun``/``task_postrun``.
+  database's clock), janitor removals, reaper retries and failures; the
+  duration of each job run, from Celery's ``task_prerun``/``task_postrun``;
+  and a deliverer's callback attempts by outcome, and their delay.
   Sum them across processes (``sum by (job, status)``).
 
 Workers serve them on ``Settings.metrics_port`` (see :func:`serve_worker_metrics`);
@@ -41,6 +43,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from queuestore.callbacks import Delivery
 from queuestore.errors import StoreUnavailable
 from queuestore.metrics import multiprocess_dir
 from queuestore.models import TERMINAL, Task, TaskStatus
@@ -99,6 +102,18 @@ REAPER_FAILURES = Counter(
     "Tasks failed by the reaper after too many lost runs.",
     registry=None,
 )
+DELIVERIES = Counter(
+    "queuestore_deliveries",
+    "Callback attempts settled by this process, by outcome: delivered, retried or failed (dead).",
+    ["outcome"],
+    registry=None,
+)
+DELIVERY_DELAY = Histogram(
+    "queuestore_delivery_delay_seconds",
+    "A task's status change to its callback's 2xx answer, retries included.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
+    registry=None,
+)
 PROCESS_METRICS: Final = (
     TRANSITIONS,
     JOB_DURATION,
@@ -108,6 +123,8 @@ PROCESS_METRICS: Final = (
     REAPER_FAILURES,
     JOB_RETRIES,
     SLOT_WAITS,
+    DELIVERIES,
+    DELIVERY_DELAY,
 )
 """What this process counts (gathered across prefork children in multiprocess mode)."""
 
@@ -141,6 +158,20 @@ class MetricsObserver(StoreObserver):
 OBSERVER: Final = MetricsObserver()
 
 
+class DeliveryMetrics:
+    """Counts a deliverer's outcomes (a :class:`~queuestore.deliver.DeliveryObserver`)."""
+
+    def delivered(self, delivery: Delivery, delay: float) -> None:
+        DELIVERIES.labels("delivered").inc()
+        DELIVERY_DELAY.observe(delay)
+
+    def retried(self, delivery: Delivery, error: str) -> None:
+        DELIVERIES.labels("retried").inc()
+
+    def failed(self, delivery: Delivery, error: str) -> None:
+        DELIVERIES.labels("failed").inc()
+
+
 def instrument(store: TaskStore) -> TaskStore:
     """Count ``store``'s writes in this process's metrics (idempotent); return it."""
     store.observe(OBSERVER)
@@ -167,6 +198,7 @@ class StoreCollector(Collector):
         try:
             counts = self.store.status_counts()
             backlog = self.store.outbox_backlog(self.backlog_after)
+            deliveries = self.store.delivery_counts()
         except StoreUnavailable as exc:
             log.warning("metrics: store unavailable: %s", exc)
             up.add_metric([], 0)
@@ -185,6 +217,14 @@ class StoreCollector(Collector):
             "Live tasks never published, older than dispatch_grace (the dispatcher sweep's work).",
             value=backlog,
         )
+        states = GaugeMetricFamily(
+            "queuestore_deliveries_in_store",
+            "Callback deliveries in the store, by state: pending, delivered, dead.",
+            labels=["state"],
+        )
+        for state, count in deliveries.items():
+            states.add_metric([state.value], count)
+        yield states
 
 
 def make_registry(
@@ -210,6 +250,12 @@ def metrics_app(store: TaskStore, *, backlog_after: timedelta = timedelta(0)) ->
     ``backlog_after``: the queue's ``dispatch_grace`` (see :class:`StoreCollector`).
     """
     return make_asgi_app(make_registry(instrument(store), backlog_after=backlog_after))
+
+
+def serve_delivery_metrics(store: TaskStore, port: int, host: str = "0.0.0.0") -> DeliveryMetrics:
+    """Serve ``/metrics`` on ``port`` for a ``queuestore deliver`` process; its observer."""
+    start_http_server(port, host, registry=make_registry(store))
+    return DeliveryMetrics()
 
 
 def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:

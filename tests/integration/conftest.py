@@ -24,6 +24,7 @@ from harness import (
     DeploymentFactory,
     PostgresCluster,
     RabbitMQNode,
+    Receiver,
     RedisServer,
     build_deployment,
 )
@@ -55,6 +56,22 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deplo
     yield make
     for made in built:
         made.close()
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
+    """Starts webhook receivers (``status=``, ``delay=``); stops them after the test."""
+    started: list[Receiver] = []
+
+    def start(status: int = 204, delay: float = 0.0) -> Receiver:
+        log = tmp_path / f"receiver-{len(started)}.jsonl"
+        made = Receiver(log, status=status, delay=delay).start()
+        started.append(made)
+        return made
+
+    yield start
+    for made in started:
+        made.stop()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ fail with the tail of every log involved.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ import pytest
 from celery import Celery
 
 from queuestore import Settings, SqlTaskStore, StoreUnavailable, Task, TaskQueue, TaskStatus
+from queuestore.webhooks import SigningSecret
 
 HERE = Path(__file__).resolve().parent
 APP_MODULE = "integration_app"
@@ -177,6 +179,81 @@ class LoggedProcess:
             os.killpg(self.pid, signum)
 
 
+SIGNING_SECRET = SigningSecret.parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+"""The deliverers' signing secret (Standard Webhooks' example key)."""
+
+PUSH = {
+    "QUEUESTORE_CALLBACK_ALLOW_NETWORKS": '["127.0.0.1"]',
+    "QUEUESTORE_WEBHOOK_SECRETS": json.dumps([str(SIGNING_SECRET)]),
+    "QUEUESTORE_DELIVERY_TIMEOUT": "2",
+    "QUEUESTORE_DELIVERY_BACKOFF": "0.2",
+    "QUEUESTORE_DELIVERY_BACKOFF_MAX": "1",
+    "QUEUESTORE_DELIVERY_LEASE": "3",
+    "QUEUESTORE_LOG_LEVEL": "INFO",
+}
+"""A deliverer's settings in these tests: quick to time out, retry and take a lost lease."""
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver process (``receiver.py``) and the requests it logged.
+
+    ``stop`` and ``start`` again take it down and bring it back on the same port.
+    """
+
+    log: Path
+    status: int = 204
+    delay: float = 0.0
+    port: int = 0
+    process: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def start(self) -> Receiver:
+        command = [
+            sys.executable,
+            str(HERE / "receiver.py"),
+            str(self.log),
+            "--port",
+            str(self.port),
+        ]
+        command += ["--status", str(self.status), "--delay", str(self.delay)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        assert self.process.stdout is not None
+        self.port = int(self.process.stdout.readline())
+        self.process.stdout.close()  # it prints nothing more
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request received: ``received_at``, ``path``, ``headers``, ``body``."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def events(self) -> list[dict[str, Any]]:
+        """The bodies received, parsed."""
+        return [json.loads(request["body"]) for request in self.requests()]
+
+    def wait_for(self, count: int, timeout: float = TASK_TIMEOUT) -> list[dict[str, Any]]:
+        """The requests, once ``count`` of them arrived."""
+
+        def arrived() -> list[dict[str, Any]] | None:
+            got = self.requests()
+            return got if len(got) >= count else None
+
+        return list(wait_for(arrived, timeout=timeout, what=f"{count} requests at the receiver"))
+
+
 @dataclass
 class Deployment:
     """One queuestore deployment under test: a database, a broker, a queue, a home.
@@ -321,6 +398,24 @@ class Deployment:
         )
         self.processes.append(beat)
         return beat
+
+    def start_deliverer(self, name: str = "deliver", **extra_env: str) -> LoggedProcess:
+        """A ``queuestore deliver`` process, signing with :data:`SIGNING_SECRET`.
+
+        The deployment's callbacks may reach 127.0.0.1; attempts time out,
+        back off and lease quickly (see :data:`PUSH`).
+        """
+        node = f"{name}-{uuid.uuid4().hex[:8]}"
+        deliverer = LoggedProcess.start(
+            node,
+            [sys.executable, "-m", "queuestore", "deliver"],
+            env=self.env(**(PUSH | extra_env)),
+            cwd=self.root,
+            log=self.root / f"{node}.log",
+        )
+        self.processes.append(deliverer)
+        self.wait_log(deliverer, "delivering callbacks from")
+        return deliverer
 
     def wait_ready(self, worker: LoggedProcess, node: str) -> None:
         def ready() -> bool:
