@@ -63,11 +63,11 @@ class UrlPolicy:
     Attributes:
         allow: networks called even though they would be refused, e.g. a receiver on the
             same private network. Build them from text with :meth:`allowing`.
-        schemes: the URL schemes accepted; a subset of ``{"http", "https"}``.
+        schemes: the URL schemes accepted, among ``http`` and ``https``.
     """
 
     allow: tuple[IPv4Network | IPv6Network, ...] = ()
-    schemes: frozenset[str] = frozenset({"https", "http"})
+    schemes: tuple[str, ...] = ("https", "http")
 
     def __post_init__(self) -> None:
         for network in self.allow:
@@ -184,7 +184,7 @@ class _Unresolved(Exception):
         self.reason = reason
 
 
-def _split(url: str, schemes: frozenset[str]) -> _Target:
+def _split(url: str, schemes: tuple[str, ...]) -> _Target:
     """Parse ``url`` into what a call needs, or raise :class:`CallbackRefused`."""
     _check_characters(url)
     try:

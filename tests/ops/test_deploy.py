@@ -28,7 +28,7 @@ from queuestore.cli import app as cli_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE_HOME = "/var/lib/queuestore"
-QUEUESTORE_SERVICES = ["migrate", "worker", "beat", "api"]
+QUEUESTORE_SERVICES = ["migrate", "worker", "beat", "deliver", "api"]
 EXECUTABLE = Path(sys.executable).parent / "queuestore"
 
 

@@ -45,6 +45,7 @@ LAYOUT = [
     "howto/submit-many.md",
     "howto/prioritise-tasks.md",
     "howto/limit-concurrency.md",
+    "howto/receive-webhooks.md",
     "howto/metrics.md",
     "reference/configuration.md",
     "reference/http-api.md",
