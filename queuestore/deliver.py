@@ -143,6 +143,7 @@ class Deliverer:
     def __post_init__(self) -> None:
         self.formats = {CallbackFormat.WEBHOOK: webhook_request, **self.formats}
         self._wake = threading.Event()
+        self._wake.set()  # look at once
         self._stop = threading.Event()
         self._free = threading.Semaphore(self.concurrency)
 
@@ -163,6 +164,12 @@ class Deliverer:
                 if free and len(self._take_and_send(pool, free)) == free:
                     self._wake.set()  # a full batch: more may be due
         listener.join(timeout=self.poll_interval + 1)
+
+    def start(self) -> threading.Thread:
+        """Run in a thread of this process (a daemon); :meth:`stop` ends it."""
+        thread = threading.Thread(target=self.run, name="deliverer", daemon=True)
+        thread.start()
+        return thread
 
     def stop(self) -> None:
         """Stop taking deliveries; :meth:`run` returns once the calls in flight end."""
@@ -211,7 +218,12 @@ class Deliverer:
 
     def _send(self, outgoing: Outgoing) -> None:
         delivery, callback = outgoing.delivery, outgoing.callback
-        body, headers = self.formats[callback.format](delivery, callback)
+        formatter = self.formats.get(callback.format)
+        if formatter is None:
+            missing = f"this deliverer cannot write {callback.format.value!r} deliveries"
+            self._settle(delivery, Settlement.dead(missing))
+            return
+        body, headers = formatter(delivery, callback)
         headers = signature_headers(self.secrets, delivery.event_id, body) | headers
         try:
             response = post(

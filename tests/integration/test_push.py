@@ -52,6 +52,7 @@ def test_a_submitted_jobs_changes_reach_its_callback_signed_and_in_order(
         callback=CallbackRequest(url=hook.url, events=CallbackEvents.ALL),
     )
     requests = hook.wait_for(2)
+    store = deployed.queue.store
 
     verifier = Webhook(str(SIGNING_SECRET))
     events = [verifier.verify(r["body"], r["headers"]) for r in requests]  # raises if forged
@@ -61,7 +62,6 @@ def test_a_submitted_jobs_changes_reach_its_callback_signed_and_in_order(
     ]
     assert events[1]["data"]["result"] == {"attempt": 1, "slept": 0.2}
     assert len({r["headers"]["webhook-id"] for r in requests}) == 2
-    deliveries = deployed.queue.store.deliveries(task.id)
     wait_for(
         lambda: all(
             d.state is DeliveryState.DELIVERED for d in deployed.queue.store.deliveries(task.id)
@@ -69,7 +69,7 @@ def test_a_submitted_jobs_changes_reach_its_callback_signed_and_in_order(
         timeout=10,
         what="both deliveries settled",
     )
-    assert [d.status for d in deliveries] == [TaskStatus.WORKING, TaskStatus.COMPLETED]
+    assert [d.status for d in store.deliveries(task.id)] == [TaskStatus.WORKING, TaskStatus.COMPLETED]
 
 
 def test_a_receiver_down_for_30_s_gets_every_event_once_after_in_order(
