@@ -69,7 +69,10 @@ def test_a_submitted_jobs_changes_reach_its_callback_signed_and_in_order(
         timeout=10,
         what="both deliveries settled",
     )
-    assert [d.status for d in store.deliveries(task.id)] == [TaskStatus.WORKING, TaskStatus.COMPLETED]
+    assert [d.status for d in store.deliveries(task.id)] == [
+        TaskStatus.WORKING,
+        TaskStatus.COMPLETED,
+    ]
 
 
 def test_a_receiver_down_for_30_s_gets_every_event_once_after_in_order(
