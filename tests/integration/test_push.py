@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import PUSH, SIGNING_SECRET, DeploymentFactory, Receiver, wait_for
+from harness import PUSH, SIGNING_SECRET, DeploymentFactory, Receiver, free_port, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks.webhooks import Webhook
 
 from queuestore import CallbackRequest, DeliveryState, TaskStatus
@@ -28,6 +30,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 ReceiverFactory = Callable[..., Receiver]
 OUTAGE = 30.0
 """How long the receiver is down in the outage test (the issue's 30 s)."""
+
+
+DELIVERED = ("queuestore_deliveries_total", (("outcome", "delivered"),))
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    """A process's metrics, by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(page.read().decode())
+            for sample in family.samples
+        }
 
 
 def statuses_by_task(events: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -43,7 +61,8 @@ def test_a_submitted_jobs_changes_reach_its_callback_signed_and_in_order(
 ) -> None:
     deployed = deployment("redis", "postgres", **PUSH)
     deployed.start_worker()
-    deployed.start_deliverer()
+    metrics_port = free_port()
+    deployed.start_deliverer(QUEUESTORE_METRICS_PORT=str(metrics_port))
     hook = receiver()
 
     task = deployed.queue.submit(
@@ -73,6 +92,19 @@ def test_a_submitted_jobs_changes_reach_its_callback_signed_and_in_order(
         TaskStatus.WORKING,
         TaskStatus.COMPLETED,
     ]
+
+    # The deliverer counts an attempt just after it settles it: scrape until both show.
+    def counted() -> Samples | None:
+        samples = scrape(metrics_port)
+        return samples if samples.get(DELIVERED) == 2 else None
+
+    samples = wait_for(
+        counted,
+        timeout=10,
+        what="the deliverer's metrics counting both deliveries",
+    )
+    assert samples[("queuestore_delivery_delay_seconds_count", ())] == 2
+    assert samples[("queuestore_deliveries_in_store", (("state", "delivered"),))] == 2
 
 
 def test_a_receiver_down_for_30_s_gets_every_event_once_after_in_order(
