@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
+from queuestore.callbacks import Callback, CallbackRequest, Delivery
 from queuestore.models import Artifact, Task, TaskError, TaskPage, TaskStatus
 from queuestore.owner import ANY, Owner
 from queuestore.queue import TaskQueue
@@ -174,6 +175,30 @@ class AsyncTaskStore:
         """See :meth:`TaskStore.running_counts`."""
         return await self.sync.run_async(self.sync.running_counts)
 
+    async def add_callback(self, task_id: str, url: str, **options: Any) -> Callback:
+        """See :meth:`TaskStore.add_callback` (the URL's host is resolved in a thread)."""
+        return await asyncio.to_thread(self.sync.add_callback, task_id, url, **options)
+
+    async def callbacks(self, task_id: str, *, owner: Owner = ANY) -> builtins.list[Callback]:
+        """See :meth:`TaskStore.callbacks`."""
+        return await self.sync.run_async(self.sync.callbacks, task_id, owner=owner)
+
+    async def remove_callback(
+        self, task_id: str, callback_id: str | None = None, *, owner: Owner = ANY
+    ) -> int:
+        """See :meth:`TaskStore.remove_callback`."""
+        return await self.sync.run_async(
+            self.sync.remove_callback, task_id, callback_id, owner=owner
+        )
+
+    async def deliveries(self, task_id: str, *, owner: Owner = ANY) -> builtins.list[Delivery]:
+        """See :meth:`TaskStore.deliveries`."""
+        return await self.sync.run_async(self.sync.deliveries, task_id, owner=owner)
+
+    async def redeliver(self, task_id: str, delivery_id: int, *, owner: Owner = ANY) -> Delivery:
+        """See :meth:`TaskStore.redeliver`."""
+        return await self.sync.run_async(self.sync.redeliver, task_id, delivery_id, owner=owner)
+
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> AsyncWatch:
         """See :meth:`TaskStore.watch`; open it with ``async with``."""
         return AsyncWatch(self.sync.watch(owner=owner, task_ids=task_ids), self.sync.run_async)
@@ -204,6 +229,7 @@ class AsyncTaskQueue:
         delay: timedelta | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        callback: CallbackRequest | None = None,
     ) -> Task:
         """See :meth:`TaskQueue.submit`."""
         return await asyncio.to_thread(
@@ -219,6 +245,7 @@ class AsyncTaskQueue:
             delay=delay,
             unique_key=unique_key,
             priority=priority,
+            callback=callback,
         )
 
     async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:

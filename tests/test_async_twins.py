@@ -13,6 +13,8 @@ from celery import Celery
 
 from queuestore import Artifact, InMemoryTaskStore, InvalidTransition, TaskNotFound, TaskQueue
 from queuestore.aio import AsyncTaskQueue, AsyncTaskStore
+from queuestore.callbacks import DeliveryState
+from queuestore.store.callbacks import Settlement
 from queuestore.store.base import Listener
 
 
@@ -65,5 +67,25 @@ def test_async_queue_submits_cancels_and_waits(monkeypatch: pytest.MonkeyPatch) 
         assert (await queue.result(task.id, timeout=1, owner="alice")).status == "cancelled"
         with pytest.raises(InvalidTransition):
             await queue.resume(task.id, "yes", owner="alice")
+
+    asyncio.run(scenario())
+
+
+def test_async_store_speaks_the_push_verbs() -> None:
+    inner = InMemoryTaskStore()
+    url = "https://93.184.216.34/hook"
+
+    async def scenario() -> None:
+        store = AsyncTaskStore(inner)
+        task = await store.create("a.job", owner="alice")
+        await store.add_callback(task.id, url, events="all", owner="alice")
+        assert [c.url for c in await store.callbacks(task.id, owner="alice")] == [url]
+        await store.update(task.id, status="working")
+        (delivery,) = await store.deliveries(task.id, owner="alice")
+        (taken,) = inner.take_deliveries()
+        inner.settle_delivery(taken.delivery, Settlement.dead("HTTP 410", 410))
+        revived = await store.redeliver(task.id, delivery.id, owner="alice")
+        assert revived.state is DeliveryState.PENDING
+        assert await store.remove_callback(task.id, owner="alice") == 1
 
     asyncio.run(scenario())
