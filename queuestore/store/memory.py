@@ -213,7 +213,8 @@ class InMemoryTaskStore(TaskStore):
     def _enqueue(self, task: Task, only: str | None = None) -> None:
         """Commit a delivery of ``task``'s status to each callback that wants it (the lock held)."""
         for key, callback in self._callbacks_of.get(task.id, {}).values():
-            if (only is None or key == only) and callback.wants(task.status):
+            mine = callback.owner == task.owner  # as the trigger's condition
+            if (only is None or key == only) and mine and callback.wants(task.status):
                 delivery_id = max(self._outbox, default=0) + 1
                 delivery = Delivery(
                     id=delivery_id,

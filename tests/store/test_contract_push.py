@@ -92,6 +92,15 @@ def test_a_callback_may_come_before_its_task_when_asked(store: TaskStore) -> Non
     assert [d.status for d in store.deliveries(task.id)] == [TaskStatus.COMPLETED]
 
 
+def test_a_callback_for_a_task_to_come_reports_only_its_owners_task(store: TaskStore) -> None:
+    store.add_callback("someone-elses", URL, owner="mallory", task_may_follow=True)
+    task = store.create("x.job", owner="alice", task_id="someone-elses")
+    run_to_completion(store, task.id)
+
+    assert store.deliveries(task.id) == []
+    assert store.callbacks(task.id, owner="alice") == []
+
+
 @pytest.mark.parametrize(
     ("url", "kind"),
     [

@@ -3,7 +3,9 @@
 ``queuestore_callbacks`` holds the URLs a task's status changes go to;
 ``queuestore_deliveries`` is the outbox. A trigger ``AFTER UPDATE OF status``
 on ``queuestore_tasks`` inserts one delivery per callback that wants the new
-status, with the task as the change left it, in the change's own transaction:
+status (and belongs to the task's owner: a callback registered for a task id
+before its task exists reports nothing to anyone else), with the task as the
+change left it, in the change's own transaction:
 every write path (the compare-and-set updates, claims, the reaper) commits
 its events with it, and none pays more than an index probe of the callbacks
 when its task has none. On PostgreSQL the trigger also NOTIFYs
@@ -68,13 +70,14 @@ INSERT INTO queuestore_deliveries
     (callback_key, task_id, status, version, task, created_at, next_attempt_at)
 SELECT c.key, NEW.id, NEW.status, NEW.version, {snapshot}, NEW.updated_at, NEW.updated_at
 FROM queuestore_callbacks AS c
-WHERE c.task_id = NEW.id AND (c.events = 'all' OR NEW.status IN {terminal})"""
+WHERE c.task_id = NEW.id AND c.owner {same} NEW.owner
+    AND (c.events = 'all' OR NEW.status IN {terminal})"""
 
 POSTGRES = [
     f"""
 CREATE FUNCTION queuestore_push_status() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-{_INSERT.format(snapshot=POSTGRES_SNAPSHOT, terminal=TERMINAL)};
+{_INSERT.format(snapshot=POSTGRES_SNAPSHOT, same="IS NOT DISTINCT FROM", terminal=TERMINAL)};
     IF FOUND THEN
         PERFORM pg_notify('queuestore_deliveries', NEW.id || ':' || NEW.status);
     END IF;
@@ -118,7 +121,7 @@ CREATE TRIGGER queuestore_push_status
 AFTER UPDATE OF status ON queuestore_tasks
 FOR EACH ROW WHEN OLD.status IS NOT NEW.status
 BEGIN
-{_INSERT.format(snapshot=SQLITE_SNAPSHOT, terminal=TERMINAL)};
+{_INSERT.format(snapshot=SQLITE_SNAPSHOT, same="IS", terminal=TERMINAL)};
 END""",
     """
 CREATE TRIGGER queuestore_forget_callbacks
