@@ -6,12 +6,15 @@ See ``docs/howto/a2a-agent.md`` and ``docs/reference/a2a.md``.
 filter in the query, terminal states sticky, CANCELED keeps artifacts and
 revokes the job); :class:`QueuestoreEventStream` delivers every committed
 version to ``SubscribeToTask``; :class:`QueuestoreAgentExecutor` runs each
-task as a queuestore job; :class:`A2AServer` wires them into routes.
+task as a queuestore job; :class:`QueuestorePushConfigStore` keeps push
+configs as the store's callbacks, which ``queuestore deliver`` sends as A2A
+push notifications (:func:`a2a_request`); :class:`A2AServer` wires them into routes.
 """
 
 from queuestore.a2a.events import QueuestoreEventStream, events_between
 from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
 from queuestore.a2a.owner import NamedUser, OwnerResolver, resolve_owner
+from queuestore.a2a.push import QueuestorePushConfigStore, a2a_request
 from queuestore.a2a.server import A2AServer, agent_card
 from queuestore.a2a.store import (
     SDK_TASK,
@@ -28,8 +31,10 @@ __all__ = [
     "OwnerResolver",
     "QueuestoreAgentExecutor",
     "QueuestoreEventStream",
+    "QueuestorePushConfigStore",
     "QueuestoreTaskStore",
     "VersionedQueuestoreTaskStore",
+    "a2a_request",
     "agent_card",
     "events_between",
     "resolve_owner",

@@ -8,6 +8,11 @@ The handler gets the versioned store and the event stream on the same rows, so
 ``SubscribeToTask`` and ``CancelTask`` work for tasks that run on workers,
 other replicas or before a restart; JSON-RPC is served at ``/`` and HTTP+JSON
 (REST) beside it, and the agent card at ``/.well-known/agent-card.json``.
+
+Push notifications are on when the card advertises them (:func:`agent_card`
+does by default): the configs are kept in the store
+(:class:`~queuestore.a2a.push.QueuestorePushConfigStore`) and sent from it by
+``queuestore deliver``, never by the server process, so run a deliverer too.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from starlette.applications import Starlette
 from queuestore.a2a.events import QueuestoreEventStream
 from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
 from queuestore.a2a.owner import OwnerResolver, resolve_owner
+from queuestore.a2a.push import QueuestorePushConfigStore
 from queuestore.a2a.store import VersionedQueuestoreTaskStore
 from queuestore.queue import TaskQueue
 
@@ -42,8 +48,13 @@ def agent_card(
     description: str,
     skills: list[AgentSkill] | None = None,
     version: str = "1.0.0",
+    push_notifications: bool = True,
 ) -> AgentCard:
-    """A card for an agent served at ``url`` over JSON-RPC (``/``) and HTTP+JSON, streaming."""
+    """A card for an agent served at ``url`` over JSON-RPC (``/``) and HTTP+JSON.
+
+    It advertises streaming and, unless ``push_notifications`` is False, push
+    notifications (which :class:`A2AServer` then serves).
+    """
     base = url.rstrip("/")
     return AgentCard(
         name=name,
@@ -53,7 +64,7 @@ def agent_card(
             AgentInterface(url=base + "/", protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=base, protocol_binding="HTTP+JSON", protocol_version="1.0"),
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push_notifications),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain", "application/json"],
         skills=skills or [],
@@ -63,10 +74,17 @@ def agent_card(
 class A2AServer:
     """The request handler and the routes of an agent whose work is a queuestore job.
 
+    Push notifications are served when ``card`` advertises them
+    (``capabilities.push_notifications``): their configs are rows of the
+    store's callbacks (:attr:`push_configs`), their URLs are checked against
+    the store's ``url_policy``, and they are sent by ``queuestore deliver``
+    processes, at least once and in order per config; the server sends none.
+
     Args:
         queue: the queue whose workers run ``job``.
         job: the job every task runs.
-        card: the agent card to serve.
+        card: the agent card to serve; its ``capabilities.push_notifications``
+            turns push notifications on or off.
         context_builder: who the caller is (the SDK's default reads Starlette's
             authentication middleware).
         owner_resolver: the owner of a call (default: user name within the tenant).
@@ -95,11 +113,17 @@ class A2AServer:
         self.executor = QueuestoreAgentExecutor(
             self.store, job, input_from=input_from, answer_from=answer_from
         )
+        self.push_configs: QueuestorePushConfigStore | None = None
+        """The push configs' store; None when the card does not advertise push."""
+        if card.capabilities.push_notifications:
+            self.push_configs = QueuestorePushConfigStore(queue, owner_resolver=owner_resolver)
         self.handler = DefaultRequestHandler(
             agent_executor=self.executor,
             task_store=self.store,
             agent_card=card,
             event_stream=self.events,
+            push_config_store=self.push_configs,
+            push_url_validator=None if self.push_configs is None else self.push_configs.accepts_url,
             interrupted_task_timeout=interrupted_task_timeout,
         )
 

@@ -1,6 +1,7 @@
 """The app the integration tests' workers load: the ready ``workers`` app plus test jobs.
 
     celery -A integration_app worker      # with this folder on PYTHONPATH
+    python integration_app.py PORT        # an A2A server on its tasks (the push tests)
 
 Everything comes from the environment, as for ``celery -A workers``; on top of
 that ``QUEUESTORE_TEST_QUEUE`` names the queue (so that tests sharing a broker
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from celery.signals import before_task_publish, task_received
 
@@ -120,3 +122,31 @@ def chatty(ctx: TaskContext) -> None:
 
 
 __all__ = ["app", "queue"]
+
+
+def a2a_server(port: int) -> Any:
+    """An A2A server whose every task is ``tests.sleep``: a message's text is the seconds.
+
+    python integration_app.py PORT      # serves on 127.0.0.1:PORT
+    """
+    from queuestore.a2a import A2AServer, agent_card
+
+    card = agent_card(
+        f"http://127.0.0.1:{port}", name="integration", description="sleeps for the seconds sent"
+    )
+    server = A2AServer(
+        queue,
+        job="tests.sleep",
+        card=card,
+        input_from=lambda context: {"seconds": float(context.get_user_input())},
+    )
+    return server.app()
+
+
+if __name__ == "__main__":
+    import sys
+
+    import uvicorn
+
+    PORT = int(sys.argv[1])
+    uvicorn.run(a2a_server(PORT), host="127.0.0.1", port=PORT, log_level="warning")
