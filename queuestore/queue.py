@@ -24,12 +24,14 @@ from typing import Any
 
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
+from pydantic import ValidationError
 
 from queuestore.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.consumer import REDIS_SCHEMES, follow_lease
 from queuestore.dispatch import DispatchMarks
 from queuestore.errors import (
     BrokerUnavailable,
+    CallbackRefused,
     InvalidTaskData,
     QueueStoreError,
     StoreUnavailable,
@@ -268,6 +270,26 @@ class TaskQueue:
                 self.store.delete(task.id)  # never published: nothing ran
             raise
 
+    def _register_all(
+        self,
+        created: list[Task],
+        items: list[dict[str, Any]],
+        callbacks: list[CallbackRequest | None],
+    ) -> None:
+        """Register a batch's callbacks; if one fails, delete the batch's new tasks."""
+        new = [
+            task.id for task, item in zip(created, items, strict=True) if task.id == item["task_id"]
+        ]
+        try:
+            for task, item, callback in zip(created, items, callbacks, strict=True):
+                if callback is not None:
+                    joined = task.id != item["task_id"]
+                    self._register(task, callback, item.get("owner"), joined=joined)
+        except QueueStoreError:
+            for task_id in new:
+                self.store.delete(task_id)  # never published: nothing ran
+            raise
+
     def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Task]:
         """:meth:`submit` for many tasks: one transaction, then one broker connection.
 
@@ -277,15 +299,21 @@ class TaskQueue:
         then their messages are published on one connection, in the order
         given; if the broker fails part way, the rest wait in the store for the
         dispatcher sweep, as for :meth:`submit`. An item whose ``unique_key`` a
-        live task holds gives that task, published once already.
+        live task holds gives that task, published once already. An item's
+        ``callback`` (a :class:`~queuestore.callbacks.CallbackRequest`, or a
+        mapping of its fields) is registered after the commit and before any
+        message goes out; if one cannot be, the batch's new tasks are deleted.
 
         Raises:
             InvalidTaskData: an item is invalid (the field says which, as
-                ``tasks[3].input``); nothing is written.
+                ``tasks[3].input`` or ``tasks[3].callback.url``); nothing is written.
             TaskConflict: a ``task_id`` is already taken; nothing is written.
         """
         items = [self._creation(index, item) for index, item in enumerate(tasks)]
+        callbacks = [item.pop("callback", None) for item in items]
         created = self.store.create_many(items)
+        if any(callbacks):
+            self._register_all(created, items, callbacks)
         new = [
             task
             for task, item in zip(created, items, strict=True)
@@ -325,9 +353,24 @@ class TaskQueue:
         except InvalidTaskData as exc:
             field = f"tasks[{index}]" if exc.field is None else f"tasks[{index}].{exc.field}"
             raise InvalidTaskData(str(exc).removeprefix(f"{exc.field}: "), field=field) from None
+        if arguments.get("callback") is not None:
+            arguments["callback"] = self._checked_callback(index, arguments["callback"])
         if arguments.get("task_id") is None:
             arguments["task_id"] = new_task_id()  # to tell a new task from a key's holder
         return arguments
+
+    def _checked_callback(self, index: int, value: object) -> CallbackRequest:
+        """An item's callback, its URL checked, before anything is written."""
+        field = f"tasks[{index}].callback"
+        try:
+            callback = CallbackRequest.model_validate(value)
+        except ValidationError as exc:
+            raise InvalidTaskData(exc.errors()[0]["msg"], field=field) from None
+        try:
+            self.store.url_policy.check_url(callback.url)
+        except CallbackRefused as exc:
+            raise CallbackRefused(exc.url, exc.reason, field=f"{field}.url") from None
+        return callback
 
     def _publish_all(self, tasks: list[Task]) -> None:
         """Publish the messages of ``tasks`` in kombu's publish batches on one connection.
