@@ -18,8 +18,9 @@ import hmac
 from datetime import timedelta
 from typing import Final
 
+from queuestore.callbacks import DEFAULT_CALLBACK_ID, Callback
 from queuestore.http.problems import ProblemError
-from queuestore.http.schemas import CreateTask
+from queuestore.http.schemas import CreateCallback, CreateTask
 from queuestore.models import Task
 
 HEADER: Final = "Idempotency-Key"
@@ -81,6 +82,32 @@ def is_replay(task: Task, request: CreateTask) -> bool:
         and task.unique_key == request.unique_key
         and task.priority == request.priority
     )
+
+
+def check_callback_replay(
+    task: Task, callbacks: list[Callback], asked: CreateCallback | None
+) -> None:
+    """Refuse a key reused with another callback than the one its create registered.
+
+    ``callbacks`` are the task's. A create registers its callback after the
+    task's row, so a concurrent retry may find the task without it yet: a
+    retry asking for a callback the task lacks is taken as a replay. One
+    asking for another URL or events, or for none where the task has one, is
+    refused.
+
+    Raises:
+        ProblemError: 422 ``idempotency-key-reused``.
+    """
+    registered = next((c for c in callbacks if c.id == DEFAULT_CALLBACK_ID), None)
+    if registered is None:
+        return
+    if asked is None or (registered.url, registered.events) != (asked.url, asked.events):
+        raise ProblemError(
+            422,
+            "idempotency-key-reused",
+            f"this {HEADER} was used for a request with another callback",
+            task_id=task.id,
+        )
 
 
 def _same_ttl(stored: timedelta | None, asked: float | None) -> bool:

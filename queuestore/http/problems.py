@@ -20,6 +20,7 @@ from starlette.routing import Match
 
 from queuestore.errors import (
     BrokerUnavailable,
+    CallbackRefused,
     InvalidCursor,
     InvalidTaskData,
     InvalidTransition,
@@ -122,6 +123,7 @@ _STORE_ERRORS: Final[tuple[tuple[type[QueueStoreError], int, str], ...]] = (
     (InvalidTransition, 409, "invalid-transition"),
     (TaskConflict, 409, "task-conflict"),
     (InvalidCursor, 400, "invalid-cursor"),
+    (CallbackRefused, 422, "callback-refused"),
     (InvalidTaskData, 422, "invalid-task-data"),
 )
 """The one mapping from queuestore errors to status codes; first match wins."""
@@ -165,10 +167,17 @@ def _store_error_handler(
             return problem(503, kind, detail, headers=unavailable)
         for error_type, status, kind in _STORE_ERRORS:
             if isinstance(exc, error_type):
-                return problem(status, kind, str(exc), task_id=exc.task_id)
+                errors = _refused_callback(exc, kind) if isinstance(exc, CallbackRefused) else None
+                return problem(status, kind, str(exc), task_id=exc.task_id, errors=errors)
         return await _on_unexpected(request, exc)
 
     return on_store_error
+
+
+def _refused_callback(exc: CallbackRefused, kind: str) -> list[FieldError]:
+    """The field of a refused callback URL, located in the body as FastAPI would."""
+    loc: list[str | int] = ["body", *(exc.field or "callback.url").split(".")]
+    return [FieldError(loc=loc, msg=f"{exc.url!r} refused: {exc.reason}", type=kind)]
 
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:

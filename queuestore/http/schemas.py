@@ -24,8 +24,10 @@ from pydantic import (
     field_validator,
 )
 
+from queuestore.callbacks import CallbackEvents, CallbackRequest, Delivery, DeliveryState
 from queuestore.models import Artifact, Task, TaskError, TaskStatus
 from queuestore.validation import NAME_PATTERN
+from queuestore.webhooks import MAX_URL_LENGTH
 
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"
 """PostgreSQL cannot store the NUL character in a text."""
@@ -107,6 +109,27 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class CreateCallback(_Body):
+    """Where to send a task's status changes, and which, as Standard Webhooks calls."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        description="An absolute http or https URL, ASCII, without credentials, whose host "
+        "resolves to public addresses only (or to QUEUESTORE_CALLBACK_ALLOW_NETWORKS); "
+        "any other is refused, 422 callback-refused.",
+    )
+    events: CallbackEvents = Field(
+        CallbackEvents.TERMINAL,
+        description="terminal (the default): only the change that ends the task; "
+        "all: every status change.",
+    )
+
+    def request(self) -> CallbackRequest:
+        """The callback as :meth:`~queuestore.TaskQueue.submit` takes it."""
+        return CallbackRequest(url=self.url, events=self.events)
+
+
 class CreateTask(_Body):
     """A task to create; its job runs on a worker."""
 
@@ -175,6 +198,12 @@ class CreateTask(_Body):
         if delay is not None and info.data.get("run_at") is not None:
             raise ValueError("give run_at or delay, not both")
         return delay
+
+    callback: CreateCallback | None = Field(
+        None,
+        description="Send the task's status changes to this URL, from its creation on "
+        "(GET /tasks/{task_id}/deliveries shows each).",
+    )
 
 
 class CancelTask(_Body):
@@ -281,6 +310,62 @@ class Running(BaseModel):
         description="By job name: the caller's running tasks of it, and the jobs "
         "with a limit of their own."
     )
+
+
+class DeliveryView(BaseModel):
+    """One status change of a task, to be sent, sent, or given up on, to one callback."""
+
+    id: int = Field(description="The delivery's id, for redeliver.")
+    event_id: str = Field(
+        description="The same on every attempt (the webhook-id header): receivers "
+        "de-duplicate by it."
+    )
+    task_id: str
+    callback_id: str = Field(
+        description="The callback's id within the task: default for a create's callback."
+    )
+    url: str = Field(description="Where it is sent.")
+    status: TaskStatus = Field(description="The status the change left the task in.")
+    version: int = Field(description="The task's version the change left.")
+    state: DeliveryState = Field(
+        description="pending: still to be sent; delivered; dead: refused for good, or "
+        "still failing at its maximum age."
+    )
+    attempts: int = Field(description="The attempts made so far.")
+    created_at: datetime = Field(description="When the change was committed.")
+    next_attempt_at: datetime | None = Field(
+        description="When it is tried next (pending; while an attempt runs, when it may be "
+        "taken again); null once delivered or dead."
+    )
+    delivered_at: datetime | None
+    last_error: str | None = Field(description="Why the last attempt failed.")
+    response_status: int | None = Field(description="The receiver's last HTTP status.")
+
+    @classmethod
+    def of(cls, delivery: Delivery) -> DeliveryView:
+        """The public view of ``delivery``: all but the task snapshot it carries."""
+        return cls(
+            id=delivery.id,
+            event_id=delivery.event_id,
+            task_id=delivery.task_id,
+            callback_id=delivery.callback_id,
+            url=delivery.url,
+            status=delivery.status,
+            version=delivery.version,
+            state=delivery.state,
+            attempts=delivery.attempts,
+            created_at=delivery.created_at,
+            next_attempt_at=delivery.next_attempt_at,
+            delivered_at=delivery.delivered_at,
+            last_error=delivery.last_error,
+            response_status=delivery.response_status,
+        )
+
+
+class DeliveryList(BaseModel):
+    """A task's deliveries, oldest first."""
+
+    deliveries: list[DeliveryView]
 
 
 class Health(BaseModel):

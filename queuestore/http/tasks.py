@@ -9,12 +9,12 @@ store and the queue; this module only translates.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 from pydantic import AwareDatetime
 
-from queuestore.errors import TaskConflict
+from queuestore.errors import TaskConflict, TaskNotFound
 from queuestore.http import idempotency
 from queuestore.http.auth import named
 from queuestore.http.bodies import JsonRoute
@@ -23,6 +23,8 @@ from queuestore.http.schemas import (
     NO_NUL_PATTERN,
     CancelTask,
     CreateTask,
+    DeliveryList,
+    DeliveryView,
     JobRunning,
     ResumeTask,
     Running,
@@ -43,6 +45,16 @@ TaskId = Annotated[
         min_length=1,
         max_length=64,
         pattern=TASK_ID_PATTERN.pattern,
+    ),
+]
+
+MAX_DELIVERY_ID: Final = 2**63 - 1
+"""The largest delivery id the store holds (a 64-bit integer)."""
+
+DeliveryId = Annotated[
+    int,
+    Path(
+        description="The delivery's id (``id`` in the task's deliveries).", ge=1, le=MAX_DELIVERY_ID
     ),
 ]
 
@@ -78,6 +90,8 @@ async def create_task(
     waits ``submitted`` until then, and a cancel before it means it never runs.
     With ``unique_key``, while a live task of the caller holds that key, that
     task is returned (200, ``Unique-Key-Holder: true``) and nothing is created.
+    With ``callback``, the task's status changes are sent to its URL; a URL
+    refused is a 422 ``callback-refused``, and nothing is created.
     """
     check_job_name(service, body.name)
     key = idempotency_key
@@ -98,6 +112,8 @@ async def create_task(
             raise
         task = await service.store.get(task_id, owner=principal)
         idempotency.check_replay(task, body)
+        callbacks = await service.store.callbacks(task.id, owner=principal)
+        idempotency.check_callback_replay(task, callbacks, body.callback)
         response.status_code = status.HTTP_200_OK
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = str(request.url_for("get_task", task_id=task.id))
@@ -118,6 +134,7 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
         "delay": None if body.delay is None else timedelta(seconds=body.delay),
         "unique_key": body.unique_key,
         "priority": body.priority,
+        "callback": None if body.callback is None else body.callback.request(),
     }
 
 
@@ -241,6 +258,35 @@ async def resume_task(
 ) -> TaskView:
     """Answer a task waiting for input; its job runs again. 409 when it is not waiting."""
     return TaskView.of(await service.queue.resume(task_id, body.answer, owner=principal))
+
+
+@router.get("/{task_id}/deliveries", responses=responses(401, 404, 422, 503))
+async def list_deliveries(
+    task_id: TaskId, principal: Principal, service: ServiceDep
+) -> DeliveryList:
+    """The task's callback deliveries, oldest first: pending, delivered and dead."""
+    found = await service.store.deliveries(task_id, owner=principal)
+    return DeliveryList(deliveries=[DeliveryView.of(delivery) for delivery in found])
+
+
+@router.post(
+    "/{task_id}/deliveries/{delivery_id}/redeliver", responses=responses(401, 404, 422, 503)
+)
+async def redeliver(
+    task_id: TaskId, delivery_id: DeliveryId, principal: Principal, service: ServiceDep
+) -> DeliveryView:
+    """Send a dead delivery again, now, as if just committed; 404 unless it is dead."""
+    try:
+        revived = await service.store.redeliver(task_id, delivery_id, owner=principal)
+    except TaskNotFound:
+        # The same answer whether the task or the dead delivery is missing.
+        raise ProblemError(
+            404,
+            "delivery-not-found",
+            f"task {task_id!r} has no dead delivery {delivery_id} (or there is no such task)",
+            task_id=task_id,
+        ) from None
+    return DeliveryView.of(revived)
 
 
 @router.delete(
