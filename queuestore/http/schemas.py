@@ -344,22 +344,7 @@ class DeliveryView(BaseModel):
     @classmethod
     def of(cls, delivery: Delivery) -> DeliveryView:
         """The public view of ``delivery``: all but the task snapshot it carries."""
-        return cls(
-            id=delivery.id,
-            event_id=delivery.event_id,
-            task_id=delivery.task_id,
-            callback_id=delivery.callback_id,
-            url=delivery.url,
-            status=delivery.status,
-            version=delivery.version,
-            state=delivery.state,
-            attempts=delivery.attempts,
-            created_at=delivery.created_at,
-            next_attempt_at=delivery.next_attempt_at,
-            delivered_at=delivery.delivered_at,
-            last_error=delivery.last_error,
-            response_status=delivery.response_status,
-        )
+        return cls.model_validate(delivery.model_dump(exclude={"task"}))
 
 
 class DeliveryList(BaseModel):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from queuestore import InvalidTaskData, TaskNotFound, TaskStatus, TaskStore
-from queuestore.callbacks import CallbackEvents, DeliveryState
+from queuestore.callbacks import SNAPSHOT_FIELDS, CallbackEvents, DeliveryState
 from queuestore.errors import CallbackRefused
 from queuestore.store.callbacks import Settlement
 
@@ -215,3 +216,11 @@ def test_deleting_the_task_deletes_its_callbacks_and_deliveries(store: TaskStore
 
     assert store.callbacks(task.id) == []
     assert store.delivery_counts() == dict.fromkeys(DeliveryState, 0)
+
+
+def test_the_trigger_and_the_records_carry_the_same_snapshot_fields() -> None:
+    # The migration keeps its own copy of the list, as a migration must not change
+    # with the code: the two must say the same.
+    migration = importlib.import_module("queuestore.store.sql.migrations.versions.0009_push")
+
+    assert set(migration._SNAPSHOT_FIELDS) == SNAPSHOT_FIELDS
