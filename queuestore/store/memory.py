@@ -340,6 +340,8 @@ class InMemoryTaskStore(TaskStore):
             ):
                 return False
             delivered = settlement.state is DeliveryState.DELIVERED
+            if settlement.retry_at is not None:  # the callback's later ones wait behind it
+                self._hold_back(key, delivery_id, settlement.retry_at)
             self._outbox[delivery_id] = (
                 key,
                 delivery.model_copy(
@@ -354,6 +356,15 @@ class InMemoryTaskStore(TaskStore):
             )
             self._changed.notify_all()
             return True
+
+    def _hold_back(self, key: str, after: int, until: datetime) -> None:
+        """Make the callback's pending deliveries after ``after`` due no earlier than ``until``."""
+        for delivery_id, (other_key, other) in list(self._outbox.items()):
+            due = other.next_attempt_at
+            later = other_key == key and delivery_id > after
+            if later and other.state is DeliveryState.PENDING and due is not None and due < until:
+                held = other.model_copy(update={"next_attempt_at": until})
+                self._outbox[delivery_id] = (key, held)
 
     def _count_deliveries(self) -> dict[DeliveryState, int]:
         with self._changed:

@@ -154,12 +154,13 @@ def test_a_retry_keeps_the_queue_waiting_until_it_is_due(store: TaskStore) -> No
     later = datetime.now(UTC) + timedelta(hours=1)
     assert store.settle_delivery(first.delivery, Settlement.retry(later, "HTTP 503", 503))
     assert store.take_deliveries(lease=LEASE) == []
-    retried = store.deliveries(task.id)[0]
+    retried, behind = store.deliveries(task.id)
     assert (retried.state, retried.last_error, retried.response_status) == (
         DeliveryState.PENDING,
         "HTTP 503",
         503,
     )
+    assert behind.next_attempt_at == retried.next_attempt_at  # not due before the head
 
 
 def test_a_dead_delivery_lets_the_next_go_and_can_be_revived(store: TaskStore) -> None:

@@ -263,9 +263,24 @@ def settle(
             next_attempt_at=settlement.retry_at,
             delivered_at=now if delivered else None,
         )
-        .returning(D.id)
+        .returning(D.callback_key)
     ).first()
-    return changed is not None
+    if changed is None:
+        return False
+    if settlement.retry_at is not None:
+        # The callback's later deliveries wait behind this one: not due before it,
+        # so that taking the due heads never reads through a failing receiver's backlog.
+        connection.execute(
+            update(DELIVERIES)
+            .where(
+                D.callback_key == changed.callback_key,
+                D.state == DeliveryState.PENDING.value,
+                D.id > delivery_id,
+                D.next_attempt_at < settlement.retry_at,
+            )
+            .values(next_attempt_at=settlement.retry_at)
+        )
+    return True
 
 
 def count(connection: Connection) -> dict[DeliveryState, int]:
