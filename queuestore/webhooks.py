@@ -581,8 +581,10 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.sock = _open_socket(self.addresses, self.port, self.deadline)
 
 
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+class _PinnedHTTPSConnection(_PinnedHTTPConnection):
     """An HTTPS connection to already checked addresses, verifying the URL's host name."""
+
+    default_port = http.client.HTTPS_PORT  # the Host header leaves 443 out
 
     def __init__(
         self,
@@ -591,14 +593,13 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
         addresses: list[tuple[socket.AddressFamily, str]],
         deadline: _Deadline,
     ) -> None:
+        super().__init__(host, port, addresses, deadline)
         self.tls = ssl.create_default_context()
-        super().__init__(host, port, timeout=deadline.timeout, context=self.tls)
-        self.addresses = addresses
-        self.deadline = deadline
 
     def connect(self) -> None:
         """Connect to the first checked address that answers, then shake hands as the host."""
-        sock = _open_socket(self.addresses, self.port, self.deadline)
+        super().connect()
+        sock = self.sock
         try:
             sock.settimeout(self.deadline.remaining())
             self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)

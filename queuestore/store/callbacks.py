@@ -129,12 +129,12 @@ class CallbackProtocol(StoreCore):
             id=_callback_id(callback_id),
             task_id=task_id,
             owner=scope.owner,
-            url=_secret(url, "callback.url") or "",
+            url=_text(url, "callback.url") or "",
             events=_enum(CallbackEvents, events, "callback.events"),
             format=_enum(CallbackFormat, format, "callback.format"),
-            token=_secret(token, "callback.token"),
+            token=_text(token, "callback.token"),
             auth_scheme=check.label(auth_scheme, "callback.auth_scheme"),
-            auth_credentials=_secret(auth_credentials, "callback.auth_credentials"),
+            auth_credentials=_text(auth_credentials, "callback.auth_credentials"),
             created_at=self._now(),
         )
         self.url_policy.check_url(callback.url)
@@ -283,7 +283,7 @@ def _enum(kind: type[E], value: object, field: str) -> E:
     raise InvalidTaskData(f"must be one of {allowed}, not {value!r}", field=field)
 
 
-def _secret(value: object, field: str) -> str | None:
+def _text(value: object, field: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > _MAX_SECRET:

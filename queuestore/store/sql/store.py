@@ -86,9 +86,7 @@ class SqlTaskStore(TaskStore):
         """Bring the schema up to ``revision`` with the migrations shipped in the package."""
         from queuestore.store.sql.migrations import upgrade
 
-        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
-        transactional = self.engine.execution_options(isolation_level=level)
-        with self._executor.guard(), transactional.begin() as connection:
+        with self._transaction() as connection:
             upgrade(connection, revision)
 
     def after_fork(self) -> None:
@@ -128,6 +126,14 @@ class SqlTaskStore(TaskStore):
         return await self._executor.run_on_loop(opened, call, *args, **kwargs)
 
     # -- plumbing -----------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A connection in one transaction: READ COMMITTED on PostgreSQL, serialised on SQLite."""
+        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
+        transactional = self.engine.execution_options(isolation_level=level)
+        with self._executor.guard(), transactional.begin() as connection:
+            yield connection
 
     def _clock_params(self, lease: timedelta | None = None) -> dict[str, Any]:
         """What a statement on the clock needs: ``now`` on SQLite, and the lease's length."""
@@ -188,11 +194,9 @@ class SqlTaskStore(TaskStore):
         raise TaskConflict(f"unique key {new.unique_key!r} kept changing hands", task_id=new.id)
 
     def _insert_many(self, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
-        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
-        transactional = self.engine.execution_options(isolation_level=level)
         statement = cast(Executable, queries.insert_tasks(self._clock))
         done: dict[str, tuple[Task, bool]] = {}
-        with self._executor.guard(), transactional.begin() as connection:
+        with self._transaction() as connection:
             waiting = list(news)
             for _ in range(_KEY_RACES):
                 inserted = self._insert_rows(connection, statement, waiting)
@@ -429,14 +433,6 @@ class SqlTaskStore(TaskStore):
         return codec.task(rows[0]) if rows else None
 
     # -- push ---------------------------------------------------------------
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        """A connection in one transaction: READ COMMITTED on PostgreSQL, serialised on SQLite."""
-        level = "READ COMMITTED" if self._postgres else "SERIALIZABLE"
-        transactional = self.engine.execution_options(isolation_level=level)
-        with self._executor.guard(), transactional.begin() as connection:
-            yield connection
 
     def _add_callback(
         self, key: str, callback: Callback, scope: OwnerScope, task_may_follow: bool
