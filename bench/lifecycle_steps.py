@@ -41,9 +41,9 @@ from rich.console import Console
 from rich.table import Table
 
 from queuestore import Artifact, SqlTaskStore, TaskContext, TaskQueue, TaskStatus, job
-from queuestore.heartbeat import Heartbeat
-from queuestore.run import Run
-from queuestore.worker import new_worker_id
+from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.job import new_worker_id
+from queuestore.run.lease import Run
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
 console = Console(width=max(Console().width, 110))

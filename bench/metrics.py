@@ -31,7 +31,7 @@ from sqlalchemy import create_engine, make_url, text
 
 from queuestore import SqlTaskStore
 from queuestore.metrics.prometheus import OBSERVER, instrument, make_registry
-from queuestore.store.schema import TaskRow
+from queuestore.store.sql.schema import TaskRow
 
 DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

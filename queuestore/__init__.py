@@ -1,6 +1,7 @@
 """queuestore: a durable task store whose tasks run as Celery jobs."""
 
-from queuestore.callbacks import (
+from queuestore.config import Settings
+from queuestore.core.callbacks import (
     Callback,
     CallbackEvents,
     CallbackFormat,
@@ -8,9 +9,8 @@ from queuestore.callbacks import (
     Delivery,
     DeliveryState,
 )
-from queuestore.config import Settings
-from queuestore.deliver import Deliverer, DeliveryPolicy
-from queuestore.errors import (
+from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.errors import (
     BrokerUnavailable,
     CallbackRefused,
     InvalidCursor,
@@ -22,8 +22,7 @@ from queuestore.errors import (
     TaskConflict,
     TaskNotFound,
 )
-from queuestore.limits import ConcurrencyLimits
-from queuestore.models import (
+from queuestore.core.models import (
     LIVE,
     TERMINAL,
     TRANSITIONS,
@@ -34,12 +33,13 @@ from queuestore.models import (
     TaskStatus,
     new_task_id,
 )
-from queuestore.owner import ANY
-from queuestore.queue import TaskQueue
-from queuestore.retries import Retry
+from queuestore.core.owner import ANY
+from queuestore.core.retries import Retry
+from queuestore.push.deliverer import Deliverer, DeliveryPolicy
+from queuestore.push.webhooks import SigningSecret, UrlPolicy
+from queuestore.run.job import InputRequested, Job, JobCancelled, TaskContext, job
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
-from queuestore.webhooks import SigningSecret, UrlPolicy
-from queuestore.worker import InputRequested, Job, JobCancelled, TaskContext, job
+from queuestore.submit.queue import TaskQueue
 
 __all__ = [
     "ANY",

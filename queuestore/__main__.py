@@ -2,6 +2,6 @@
 
 import sys
 
-from queuestore.cli import main
+from queuestore.ops.cli import main
 
 sys.exit(main())

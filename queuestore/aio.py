@@ -17,13 +17,13 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from queuestore.callbacks import Callback, CallbackRequest, Delivery
-from queuestore.models import Artifact, Task, TaskError, TaskPage, TaskStatus
-from queuestore.owner import ANY, Owner
-from queuestore.queue import TaskQueue
+from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
+from queuestore.core.models import Artifact, Task, TaskError, TaskPage, TaskStatus
+from queuestore.core.owner import ANY, Owner
+from queuestore.core.watch import AsyncWatch
+from queuestore.store.backend import UNSET, Unset
 from queuestore.store.base import TaskStore
-from queuestore.store.rules import UNSET, Unset
-from queuestore.watch import AsyncWatch
+from queuestore.submit.queue import TaskQueue
 
 
 class AsyncTaskStore:

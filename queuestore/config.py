@@ -17,15 +17,15 @@ from celery import Celery
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from queuestore.broker import TRANSPORT as FILESYSTEM_TRANSPORT
-from queuestore.deliver import DeliveryPolicy
-from queuestore.limits import ConcurrencyLimits
+from queuestore.broker.filesystem import TRANSPORT as FILESYSTEM_TRANSPORT
+from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.validation import DEFAULT_MAX_PAYLOAD_BYTES
 from queuestore.metrics import prepare_multiprocess_dir
-from queuestore.queue import TaskQueue
+from queuestore.push.deliverer import DeliveryPolicy
+from queuestore.push.webhooks import SigningSecret, UrlPolicy
 from queuestore.store.base import TaskStore
 from queuestore.store.sql import SqlTaskStore
-from queuestore.validation import DEFAULT_MAX_PAYLOAD_BYTES
-from queuestore.webhooks import SigningSecret, UrlPolicy
+from queuestore.submit.queue import TaskQueue
 
 EMBEDDED_HOME = Path(".queuestore")
 
@@ -355,7 +355,7 @@ class Settings(BaseSettings):
         each line about a task carrying the task's id and job, and its worker
         serves Prometheus metrics when ``metrics_port`` is set.
         """
-        from queuestore.logs import install_celery_logging
+        from queuestore.core.logs import install_celery_logging
 
         app.conf.update(self.celery_config())
         app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
@@ -429,7 +429,7 @@ class Settings(BaseSettings):
             config["broker_transport"] = FILESYSTEM_TRANSPORT
             config["broker_transport_options"] = self.filesystem_broker_options()
         elif self.priorities:
-            from queuestore.queue import priority_config
+            from queuestore.submit.queue import priority_config
 
             config |= priority_config(self.broker_url)
         return config

@@ -13,9 +13,9 @@ from celery import Celery
 
 from queuestore import Artifact, InMemoryTaskStore, InvalidTransition, TaskNotFound, TaskQueue
 from queuestore.aio import AsyncTaskQueue, AsyncTaskStore
-from queuestore.callbacks import DeliveryState
+from queuestore.core.callbacks import DeliveryState
 from queuestore.store.base import Listener
-from queuestore.store.callbacks import Settlement
+from queuestore.store.deliveries import Settlement
 
 
 def test_async_store_speaks_every_verb_with_the_same_rules() -> None:

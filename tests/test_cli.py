@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from queuestore import Settings, SqlTaskStore
-from queuestore.cli import app
+from queuestore.ops.cli import app
 from queuestore.store.sql.migrations import head
 
 

@@ -27,8 +27,8 @@ from queuestore import (
     TaskStatus,
     UrlPolicy,
 )
-from queuestore.callbacks import Delivery
-from queuestore.webhooks import CallFailed
+from queuestore.core.callbacks import Delivery
+from queuestore.push.webhooks import CallFailed
 
 SECRET = SigningSecret.generate()
 

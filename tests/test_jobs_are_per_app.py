@@ -6,7 +6,7 @@ import pytest
 from celery import Celery
 
 from queuestore import InMemoryTaskStore, TaskContext, TaskQueue, job
-from queuestore import jobs as registry
+from queuestore.run import registry
 
 
 def _app(name: str) -> Celery:

@@ -26,7 +26,7 @@ from queuestore import (
     TaskQueue,
     TaskStatus,
 )
-from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.beat.schedule import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 
 
 @pytest.fixture

@@ -27,9 +27,9 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
 from queuestore import InMemoryTaskStore, TaskContext, TaskQueue, TaskStatus, job
-from queuestore.heartbeat import Heartbeat
-from queuestore.interrupts import interrupts
-from queuestore.worker import execute
+from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.interrupts import interrupts
+from queuestore.run.job import execute
 
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(),

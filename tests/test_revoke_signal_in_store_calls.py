@@ -11,7 +11,7 @@ import pytest
 from billiard.pool import soft_timeout_sighandler
 from celery.exceptions import SoftTimeLimitExceeded
 
-from queuestore.interrupts import Interrupts
+from queuestore.run.interrupts import Interrupts
 
 
 def _signal_self() -> None:

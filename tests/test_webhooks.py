@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from queuestore.errors import CallbackRefused, InvalidTaskData
-from queuestore.webhooks import (
+from queuestore.core.errors import CallbackRefused, InvalidTaskData
+from queuestore.push.webhooks import (
     CallFailed,
     Response,
     SigningSecret,

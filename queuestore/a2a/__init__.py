@@ -11,12 +11,12 @@ configs as the store's callbacks, which ``queuestore deliver`` sends as A2A
 push notifications (:func:`a2a_request`); :class:`A2AServer` wires them into routes.
 """
 
-from queuestore.a2a.events import QueuestoreEventStream, events_between
-from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
-from queuestore.a2a.owner import NamedUser, OwnerResolver, resolve_owner
-from queuestore.a2a.push import QueuestorePushConfigStore, a2a_request
+from queuestore.a2a.agent_executor import QueuestoreAgentExecutor, text_answer, text_input
+from queuestore.a2a.event_stream import QueuestoreEventStream, events_between
+from queuestore.a2a.principal import NamedUser, OwnerResolver, resolve_owner
+from queuestore.a2a.push_configs import QueuestorePushConfigStore, a2a_request
 from queuestore.a2a.server import A2AServer, agent_card
-from queuestore.a2a.store import (
+from queuestore.a2a.task_store import (
     SDK_TASK,
     JobRequest,
     QueuestoreTaskStore,

@@ -1,10 +1,10 @@
 """The plain A2A save: read the row, then apply what the SDK's copy changes, under the rules.
 
 :class:`ReadThenApply` is what every save of
-:class:`~queuestore.a2a.store.VersionedQueuestoreTaskStore` comes down to when
+:class:`~queuestore.a2a.task_store.VersionedQueuestoreTaskStore` comes down to when
 it remembers nothing of the task: it reads the row and applies the SDK's copy
 as what it changes (a status, a message, one artifact), never as a whole-task
-overwrite, and refuses what the module :mod:`queuestore.a2a.store` says is refused.
+overwrite, and refuses what the module :mod:`queuestore.a2a.task_store` says is refused.
 The store's memory of rows (``KnownRows``) is a layer above, and this path
 never depends on it.
 """
@@ -24,11 +24,11 @@ from a2a.types import Task as A2ATask
 from a2a.types import TaskArtifactUpdateEvent, TaskState
 
 from queuestore.a2a import convert
-from queuestore.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
-from queuestore.models import TERMINAL, TRANSITIONS, Artifact, Task, TaskStatus
-from queuestore.queue import TaskQueue
+from queuestore.core.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
+from queuestore.core.models import TERMINAL, TRANSITIONS, Artifact, Task, TaskStatus
 from queuestore.store.base import TaskStore
 from queuestore.store.sql import blocking
+from queuestore.submit.queue import TaskQueue
 
 log = logging.getLogger(__name__)
 

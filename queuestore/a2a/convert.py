@@ -31,8 +31,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.struct_pb2 import Value
 from pydantic import JsonValue
 
-from queuestore.models import Artifact, Task
-from queuestore.models import TaskStatus as Status
+from queuestore.core.models import Artifact, Task
+from queuestore.core.models import TaskStatus as Status
 
 ENVELOPE: Final = "a2a"
 """The key of a row's ``metadata`` that holds what only A2A has: ``history`` and

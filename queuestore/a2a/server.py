@@ -11,7 +11,7 @@ other replicas or before a restart; JSON-RPC is served at ``/`` and HTTP+JSON
 
 Push notifications are on when the card advertises them (:func:`agent_card`
 does by default): the configs are kept in the store
-(:class:`~queuestore.a2a.push.QueuestorePushConfigStore`) and sent from it by
+(:class:`~queuestore.a2a.push_configs.QueuestorePushConfigStore`) and sent from it by
 ``queuestore deliver``, never by the server process, so run a deliverer too.
 """
 
@@ -33,12 +33,12 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from pydantic import JsonValue
 from starlette.applications import Starlette
 
-from queuestore.a2a.events import QueuestoreEventStream
-from queuestore.a2a.executor import QueuestoreAgentExecutor, text_answer, text_input
-from queuestore.a2a.owner import OwnerResolver, resolve_owner
-from queuestore.a2a.push import QueuestorePushConfigStore
-from queuestore.a2a.store import VersionedQueuestoreTaskStore
-from queuestore.queue import TaskQueue
+from queuestore.a2a.agent_executor import QueuestoreAgentExecutor, text_answer, text_input
+from queuestore.a2a.event_stream import QueuestoreEventStream
+from queuestore.a2a.principal import OwnerResolver, resolve_owner
+from queuestore.a2a.push_configs import QueuestorePushConfigStore
+from queuestore.a2a.task_store import VersionedQueuestoreTaskStore
+from queuestore.submit.queue import TaskQueue
 
 
 def agent_card(

@@ -28,14 +28,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
-from queuestore.http import batch, events, problems, tasks
+from queuestore.http import batch, problems, sse, tasks
 from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, load_verifier
-from queuestore.http.limits import BodyLimit
+from queuestore.http.body_limit import BodyLimit
 from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
 from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health
 from queuestore.http.service import Service, ServiceDep
-from queuestore.queue import TaskQueue
+from queuestore.submit.queue import TaskQueue
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def create_app(
     app.add_middleware(SameOriginWrites)
     app.include_router(tasks.router)
     app.include_router(batch.router)
-    app.include_router(events.router)
+    app.include_router(sse.router)
     _health(app)
     _dashboard(app)
     _metrics(app)

@@ -22,14 +22,14 @@ from fastapi import APIRouter, Header, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from queuestore import TaskStore
-from queuestore.errors import InvalidTaskData, TaskConflict, TaskNotFound
+from queuestore.core.errors import InvalidTaskData, TaskConflict, TaskNotFound
+from queuestore.core.models import Task, new_task_id
 from queuestore.http import idempotency
 from queuestore.http.bodies import JsonRoute
 from queuestore.http.problems import FieldError, ProblemError, responses
 from queuestore.http.schemas import CreateTask, TaskView
 from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.http.tasks import check_job_name, submission
-from queuestore.models import Task, new_task_id
 
 router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
 

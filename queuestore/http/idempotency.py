@@ -18,10 +18,10 @@ import hmac
 from datetime import timedelta
 from typing import Final
 
-from queuestore.callbacks import DEFAULT_CALLBACK_ID, Callback
+from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, Callback
+from queuestore.core.models import Task
 from queuestore.http.problems import ProblemError
 from queuestore.http.schemas import CreateCallback, CreateTask
-from queuestore.models import Task
 
 HEADER: Final = "Idempotency-Key"
 MAX_KEY_LENGTH: Final = 255

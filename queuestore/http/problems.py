@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from queuestore.errors import (
+from queuestore.core.errors import (
     BrokerUnavailable,
     CallbackRefused,
     InvalidCursor,

@@ -24,10 +24,10 @@ from pydantic import (
     field_validator,
 )
 
-from queuestore.callbacks import CallbackEvents, CallbackRequest, Delivery, DeliveryState
-from queuestore.models import Artifact, Task, TaskError, TaskStatus
-from queuestore.validation import NAME_PATTERN
-from queuestore.webhooks import MAX_URL_LENGTH
+from queuestore.core.callbacks import CallbackEvents, CallbackRequest, Delivery, DeliveryState
+from queuestore.core.models import Artifact, Task, TaskError, TaskStatus
+from queuestore.core.validation import NAME_PATTERN
+from queuestore.push.webhooks import MAX_URL_LENGTH
 
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"
 """PostgreSQL cannot store the NUL character in a text."""

@@ -14,7 +14,9 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 from pydantic import AwareDatetime
 
-from queuestore.errors import TaskConflict, TaskNotFound
+from queuestore.core.errors import TaskConflict, TaskNotFound
+from queuestore.core.models import TASK_ID_PATTERN, TaskStatus, new_task_id
+from queuestore.core.validation import NAME_PATTERN
 from queuestore.http import idempotency
 from queuestore.http.auth import named
 from queuestore.http.bodies import JsonRoute
@@ -32,9 +34,7 @@ from queuestore.http.schemas import (
     TaskView,
 )
 from queuestore.http.service import Principal, Service, ServiceDep
-from queuestore.jobs import registered_names
-from queuestore.models import TASK_ID_PATTERN, TaskStatus, new_task_id
-from queuestore.validation import NAME_PATTERN
+from queuestore.run.registry import registered_names
 
 router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
 

@@ -8,7 +8,7 @@ extension ``io.modelcontextprotocol/tasks``, SEP-2663).
 """
 
 from queuestore.mcp.extension import TasksExtension
-from queuestore.mcp.service import McpTasks
+from queuestore.mcp.server_tasks import McpTasks
 from queuestore.mcp.settings import McpSettings
 from queuestore.mcp.tools import InvalidArguments, TaskSupport, TaskTool, call_tool_result
 from queuestore.mcp.wire import EXTENSION_ID, RELATED_TASK

@@ -27,8 +27,8 @@ from celery import Celery
 from mcp.server import Server
 
 from queuestore import Settings, TaskContext
-from queuestore.mcp.service import McpTasks
-from queuestore.subprocesses import celery_process
+from queuestore.mcp.server_tasks import McpTasks
+from queuestore.ops.subprocesses import celery_process
 
 settings = Settings()
 app = settings.configure(Celery("queuestore-mcp-example"))

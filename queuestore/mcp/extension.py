@@ -22,8 +22,8 @@ from queuestore import InvalidTransition, TaskStatus
 from queuestore.mcp import wire
 
 if TYPE_CHECKING:
-    from queuestore.mcp.core import TaskCore
     from queuestore.mcp.handshake import HandshakeEra
+    from queuestore.mcp.task_core import TaskCore
 
 
 class TasksExtension(Extension):

@@ -41,7 +41,7 @@ from pydantic import BaseModel
 from queuestore import TaskContext, job
 from queuestore.mcp import wire
 from queuestore.mcp.client import CreatedTask
-from queuestore.mcp.service import McpTasks
+from queuestore.mcp.server_tasks import McpTasks
 from queuestore.mcp.settings import McpSettings
 from queuestore.mcp.tools import RESULT_IS_CALL_TOOL_RESULT
 

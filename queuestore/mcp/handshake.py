@@ -29,7 +29,7 @@ from queuestore import Task, TaskNotFound, TaskStatus, new_task_id
 from queuestore.mcp import wire
 
 if TYPE_CHECKING:
-    from queuestore.mcp.core import TaskCore
+    from queuestore.mcp.task_core import TaskCore
 
 log = logging.getLogger(__name__)
 

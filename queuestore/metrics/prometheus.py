@@ -43,10 +43,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from queuestore.callbacks import Delivery
-from queuestore.errors import StoreUnavailable
+from queuestore.core.callbacks import Delivery
+from queuestore.core.errors import StoreUnavailable
+from queuestore.core.models import TERMINAL, Task, TaskStatus
 from queuestore.metrics import multiprocess_dir
-from queuestore.models import TERMINAL, Task, TaskStatus
 from queuestore.store.observer import StoreObserver
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ OBSERVER: Final = MetricsObserver()
 
 
 class DeliveryMetrics:
-    """Counts a deliverer's outcomes (a :class:`~queuestore.deliver.DeliveryObserver`)."""
+    """Counts a deliverer's outcomes (a :class:`~queuestore.push.deliverer.DeliveryObserver`)."""
 
     def delivered(self, delivery: Delivery, delay: float) -> None:
         DELIVERIES.labels("delivered").inc()
@@ -268,8 +268,8 @@ def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:
     """
     from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
-    from queuestore.jobs import registered_job, settings_of
-    from queuestore.queue import TaskQueue
+    from queuestore.run.registry import registered_job, settings_of
+    from queuestore.submit.queue import TaskQueue
 
     started: dict[str, float] = {}
 

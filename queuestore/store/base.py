@@ -2,9 +2,9 @@
 
 :class:`TaskStore` is what users hold. Its verbs (create, get, list, update,
 cancel...) are written once here on top of the primitives a backend
-implements; the rules they share live in :mod:`queuestore.store.rules`, and
+implements; the rules they share live in :mod:`queuestore.store.backend`, and
 the workers' verbs (claim, heartbeat, report, reap) in
-:mod:`queuestore.store.protocol`. Backends only fetch and write.
+:mod:`queuestore.store.runs`. Backends only fetch and write.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from queuestore import validation as check
-from queuestore.cursor import CursorKey
-from queuestore.errors import (
+from queuestore.core import validation as check
+from queuestore.core.cursor import CursorKey
+from queuestore.core.errors import (
     InvalidTaskData,
     TaskNotFound,
 )
-from queuestore.models import (
+from queuestore.core.models import (
     LIVE,
     Artifact,
     Task,
@@ -32,10 +32,9 @@ from queuestore.models import (
     TaskStatus,
     new_task_id,
 )
-from queuestore.owner import ANY, Owner
-from queuestore.store.callbacks import CallbackProtocol
-from queuestore.store.protocol import WorkerProtocol, lost_runs
-from queuestore.store.rules import (
+from queuestore.core.owner import ANY, Owner
+from queuestore.core.watch import Listener, StatusChange, Watch
+from queuestore.store.backend import (
     _PARKED,
     UNSET,
     ListQuery,
@@ -43,7 +42,8 @@ from queuestore.store.rules import (
     Unset,
     Write,
 )
-from queuestore.watch import Listener, StatusChange, Watch
+from queuestore.store.deliveries import CallbackProtocol
+from queuestore.store.runs import WorkerProtocol, lost_runs
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -491,7 +491,7 @@ class TaskStore(WorkerProtocol, CallbackProtocol):
         """The changes to the tasks ``owner`` may see (only ``task_ids`` when given).
 
         Open it as a context manager; while it is open, every committed write to
-        those tasks is delivered as a :class:`Task` (see :mod:`queuestore.watch`
+        those tasks is delivered as a :class:`Task` (see :mod:`queuestore.core.watch`
         for the guarantee). One reader per store and process serves every watch.
 
         Raises:

@@ -9,15 +9,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from queuestore.callbacks import Callback, Delivery, DeliveryState, event_id, snapshot
-from queuestore.cursor import CursorKey
-from queuestore.errors import TaskConflict
-from queuestore.limits import ConcurrencyLimits
-from queuestore.models import TERMINAL, Task, TaskStatus
-from queuestore.owner import OwnerScope
-from queuestore.store.base import TaskStore
-from queuestore.store.callbacks import Outgoing, Settlement, catch_up
-from queuestore.store.rules import (
+from queuestore.core.callbacks import Callback, Delivery, DeliveryState, event_id, snapshot
+from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.cursor import CursorKey
+from queuestore.core.errors import TaskConflict
+from queuestore.core.models import TERMINAL, Task, TaskStatus
+from queuestore.core.owner import OwnerScope
+from queuestore.core.watch import Listener, StatusChange
+from queuestore.store.backend import (
     UNSET,
     ListQuery,
     NewTask,
@@ -25,7 +24,8 @@ from queuestore.store.rules import (
     Write,
     dispatch_order,
 )
-from queuestore.watch import Listener, StatusChange
+from queuestore.store.base import TaskStore
+from queuestore.store.deliveries import Outgoing, Settlement, catch_up
 
 
 class InMemoryTaskStore(TaskStore):

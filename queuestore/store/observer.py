@@ -11,7 +11,7 @@ what they do (see :mod:`queuestore.metrics.prometheus`).
 
 from __future__ import annotations
 
-from queuestore.models import Task
+from queuestore.core.models import Task
 
 
 class StoreObserver:

@@ -22,8 +22,8 @@ from google.protobuf.json_format import Parse
 
 from queuestore import TaskQueue, TaskStatus, TaskStore
 from queuestore.a2a import A2AServer, QueuestorePushConfigStore, a2a_request, agent_card
-from queuestore.callbacks import Callback, CallbackEvents, CallbackFormat, Delivery
-from queuestore.webhooks import UrlPolicy
+from queuestore.core.callbacks import Callback, CallbackEvents, CallbackFormat, Delivery
+from queuestore.push.webhooks import UrlPolicy
 
 URL = "https://93.184.216.34/hook"  # a public address: no lookup, accepted by the default policy
 OTHER_URL = "https://93.184.216.35/other"

@@ -38,7 +38,7 @@ from a2a_support import (
 from queuestore import TaskStatus as Status
 from queuestore import TaskStore
 from queuestore.a2a import QueuestoreTaskStore, VersionedQueuestoreTaskStore
-from queuestore.a2a.store import SDK_TASK, KnownRows
+from queuestore.a2a.task_store import SDK_TASK, KnownRows
 
 
 class Statements:

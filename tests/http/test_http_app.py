@@ -31,10 +31,10 @@ from queuestore import (
     TaskStatus,
     job,
 )
+from queuestore.core.validation import NAME_PATTERN
 from queuestore.http import StaticTokens, create_app
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
-from queuestore.validation import NAME_PATTERN
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from http_deployment import HttpDeployment
 from http_support import assert_problem, create, wait_for_status
 
 from queuestore import ANY, InMemoryTaskStore, Settings, TaskQueue, TaskStore
-from queuestore.callbacks import CallbackEvents, Delivery
+from queuestore.core.callbacks import CallbackEvents, Delivery
 from queuestore.http import create_app
-from queuestore.store.callbacks import Settlement
-from queuestore.webhooks import UrlPolicy
+from queuestore.push.webhooks import UrlPolicy
+from queuestore.store.deliveries import Settlement
 
 HOOK = "http://127.0.0.1:9/hook"
 """A callback URL the in-memory store's policy accepts (nothing is sent in these tests)."""

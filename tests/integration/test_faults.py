@@ -173,7 +173,7 @@ def test_a_task_submitted_while_the_broker_is_down_is_dispatched_once_it_is_back
     worker = stack.start_worker(beat=True)
     own_redis.stop()
 
-    with caplog.at_level(logging.WARNING, logger="queuestore.queue"):
+    with caplog.at_level(logging.WARNING, logger="queuestore.submit.queue"):
         task = stack.queue.submit("tests.count_runs")
 
     # The publish failed (the caller logs it) and the store knows no message went out.

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks.webhooks import Webhook
 
 from queuestore import CallbackRequest, DeliveryState, TaskStatus
-from queuestore.callbacks import CallbackEvents
+from queuestore.core.callbacks import CallbackEvents
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

@@ -36,7 +36,7 @@ from harness import (
 )
 
 from queuestore import TERMINAL, Task, TaskStatus
-from queuestore.consumer import redis_transport_options
+from queuestore.run.hold import redis_transport_options
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from celery import Celery
 from ops_support import LoggedProcess, free_port, port_open, wait_for
 
 from queuestore import Settings, TaskStatus
-from queuestore.cli import app as cli_app
+from queuestore.ops.cli import app as cli_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE_HOME = "/var/lib/queuestore"

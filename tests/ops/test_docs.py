@@ -16,9 +16,9 @@ import typer.main
 from typer.testing import CliRunner
 
 import queuestore
-from queuestore.cli import app
 from queuestore.config import Settings
-from queuestore.reference import (
+from queuestore.ops.cli import app
+from queuestore.ops.reference import (
     configuration_reference,
     effective_settings,
     python_api_reference,
@@ -112,7 +112,7 @@ def test_effective_settings_hide_secrets() -> None:
 
 def test_python_api_reference_is_not_stale() -> None:
     assert PYTHON_API.read_text() == python_api_reference(), (
-        "docs/reference/python-api.md is stale: run `uv run python -m queuestore.reference "
+        "docs/reference/python-api.md is stale: run `uv run python -m queuestore.ops.reference "
         "python-api > docs/reference/python-api.md`"
     )
 
@@ -125,7 +125,7 @@ def test_python_api_reference_describes_every_exported_name() -> None:
 
 def test_the_module_prints_the_python_api_reference() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "queuestore.reference", "python-api"],
+        [sys.executable, "-m", "queuestore.ops.reference", "python-api"],
         capture_output=True,
         text=True,
         timeout=120,

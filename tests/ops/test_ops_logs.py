@@ -9,7 +9,7 @@ import re
 from ops_support import Ops
 
 from queuestore import TaskStatus
-from queuestore.logs import JsonFormatter, TaskFields, TextFormatter, about, task_context
+from queuestore.core.logs import JsonFormatter, TaskFields, TextFormatter, about, task_context
 
 TASK_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from queuestore import InMemoryTaskStore
-from queuestore.presentation import TaskWatchView, task_table
+from queuestore.ops.presentation import TaskWatchView, task_table
 
 
 def _console(*, terminal: bool, width: int = 80) -> Console:

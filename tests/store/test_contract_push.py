@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from queuestore import InvalidTaskData, TaskNotFound, TaskStatus, TaskStore
-from queuestore.callbacks import SNAPSHOT_FIELDS, CallbackEvents, DeliveryState
-from queuestore.errors import CallbackRefused
-from queuestore.store.callbacks import Settlement
+from queuestore.core.callbacks import SNAPSHOT_FIELDS, CallbackEvents, DeliveryState
+from queuestore.core.errors import CallbackRefused
+from queuestore.store.deliveries import Settlement
 
 URL = "https://93.184.216.34/hook"  # a public address: no lookup, accepted by the default policy
 LEASE = timedelta(seconds=30)

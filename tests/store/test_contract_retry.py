@@ -22,7 +22,7 @@ from queuestore import (
     TaskStore,
 )
 from queuestore.store.observer import StoreObserver
-from queuestore.store.protocol import lost_runs
+from queuestore.store.runs import lost_runs
 
 LEASE = timedelta(minutes=5)
 AHEAD = timedelta(seconds=12)

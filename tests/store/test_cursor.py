@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queuestore.cursor import CursorCodec, CursorKey
-from queuestore.errors import InvalidCursor
+from queuestore.core.cursor import CursorCodec, CursorKey
+from queuestore.core.errors import InvalidCursor
 
 SECRET = b"a test secret of enough length.."
 CODEC = CursorCodec(SECRET)

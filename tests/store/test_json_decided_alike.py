@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import to_json
 
-from queuestore import InvalidTaskData, large_json
-from queuestore.validation import MAX_NESTING, VALIDATOR_MAX_CONTAINERS, _parsed, _validated
+from queuestore import InvalidTaskData
+from queuestore.core import large_json
+from queuestore.core.validation import MAX_NESTING, VALIDATOR_MAX_CONTAINERS, _parsed, _validated
 
 
 class Colour(StrEnum):

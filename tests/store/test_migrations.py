@@ -13,9 +13,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, insert, inspect, text
 
 from queuestore import SqlTaskStore, make_engine
-from queuestore.store.schema import Base
 from queuestore.store.sql.migrations import VERSION_TABLE, config, downgrade, head, upgrade
 from queuestore.store.sql.queries import TABLE
+from queuestore.store.sql.schema import Base
 
 HEAD = head()
 

@@ -18,7 +18,7 @@ from queuestore import (
     TaskStatus,
     TaskStore,
 )
-from queuestore.owner import Owner
+from queuestore.core.owner import Owner
 
 from .support import StoreFactory, reach, snapshot
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from queuestore import Artifact, InvalidTaskData, TaskNotFound, TaskStatus, TaskStore
-from queuestore.owner import OwnerScope
-from queuestore.store.protocol import stops_a_run
-from queuestore.store.rules import Write
+from queuestore.core.owner import OwnerScope
+from queuestore.store.backend import Write
+from queuestore.store.runs import stops_a_run
 
 from .support import StoreFactory
 

@@ -22,7 +22,7 @@ from queuestore import (
     TaskStatus,
     TaskStore,
 )
-from queuestore.models import sources_of
+from queuestore.core.models import sources_of
 from queuestore.store.base import Listener
 
 from .support import StoreFactory, reach

@@ -2,8 +2,9 @@
 
 ``queries`` builds every statement of tasks; the store says which to run, the
 executor runs them, the codec decodes their rows, the engine module makes
-engines. ``push``, off the tasks' hot path, builds and runs the statements of
-callbacks and deliveries on the connections the store hands it.
+engines, the schema module declares the tables. ``deliveries``, off the tasks'
+hot path, builds and runs the statements of callbacks and deliveries on the
+connections the store hands it.
 These tests read the modules' imports, so that a statement built elsewhere
 (an inline ``select``, a ``func.now()``) is found before review has to.
 """
@@ -74,4 +75,13 @@ def test_an_inline_statement_would_be_found() -> None:
 def test_the_package_holds_the_modules_it_says() -> None:
     modules = {path.stem for path in PACKAGE.glob("*.py")}
 
-    assert modules == {"__init__", "queries", "codec", "executor", "engine", "store", "push"}
+    assert modules == {
+        "__init__",
+        "queries",
+        "codec",
+        "executor",
+        "engine",
+        "schema",
+        "store",
+        "deliveries",
+    }

@@ -12,9 +12,9 @@ import pytest
 from pydantic import BaseModel, JsonValue
 
 from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
-from queuestore.large_json import TEXT_DOCUMENT_BYTES
-from queuestore.models import PageOfTasks
-from queuestore.validation import MAX_NESTING, _containers_around
+from queuestore.core.large_json import TEXT_DOCUMENT_BYTES
+from queuestore.core.models import PageOfTasks
+from queuestore.core.validation import MAX_NESTING, _containers_around
 
 from .support import StoreFactory, reach, snapshot
 

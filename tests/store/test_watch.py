@@ -12,7 +12,7 @@ import pytest
 
 from queuestore import Artifact, InvalidTaskData, Task, TaskStatus, TaskStore
 from queuestore.aio import AsyncTaskStore
-from queuestore.watch import LOOKBACK, Watch, _Reader
+from queuestore.core.watch import LOOKBACK, Watch, _Reader
 
 from .support import StoreFactory, reach
 
@@ -112,7 +112,7 @@ def test_a_malformed_id_is_refused_before_anything_is_watched(store: TaskStore) 
 def test_a_backlog_larger_than_one_read_is_delivered_whole(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("queuestore.watch.BATCH", 3)
+    monkeypatch.setattr("queuestore.core.watch.BATCH", 3)
     with store.watch(owner="bulk") as changes:
         created = [store.create("tests.job", owner="bulk") for _ in range(10)]
         seen: set[str] = set()

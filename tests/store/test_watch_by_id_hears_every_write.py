@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from queuestore import Artifact, SqlTaskStore, StoreUnavailable, Task, TaskStatus
 from queuestore.aio import AsyncTaskStore
-from queuestore.watch import Listener, StatusChange, Watch
+from queuestore.core.watch import Listener, StatusChange, Watch
 
 from .support import StoreFactory
 
@@ -83,7 +83,9 @@ def test_every_write_to_a_task_watched_by_id_is_announced_and_no_other(
 def test_a_watch_by_id_gets_a_progress_write_without_waiting_for_the_poll(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("queuestore.watch.POLL_INTERVAL", 60.0)  # only an announcement wakes it
+    monkeypatch.setattr(
+        "queuestore.core.watch.POLL_INTERVAL", 60.0
+    )  # only an announcement wakes it
     watcher, writer = stores(make_store)
     task = working(writer)
     with watcher.watch(task_ids=[task.id]) as changes:
@@ -97,7 +99,7 @@ def test_a_watch_by_id_gets_a_progress_write_without_waiting_for_the_poll(
 def test_the_async_twin_marks_its_tasks_on_the_loops_connections(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("queuestore.watch.POLL_INTERVAL", 60.0)
+    monkeypatch.setattr("queuestore.core.watch.POLL_INTERVAL", 60.0)
     watcher, writer = stores(make_store)
     task = working(writer)
 
@@ -123,9 +125,9 @@ def test_the_async_twin_marks_its_tasks_on_the_loops_connections(
 def test_marks_are_renewed_while_the_watch_is_open_and_run_out_after(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("queuestore.watch.MARK_SECONDS", 1.0)
-    monkeypatch.setattr("queuestore.watch.MARK_RENEWAL", 0.2)
-    monkeypatch.setattr("queuestore.watch.POLL_INTERVAL", 0.1)
+    monkeypatch.setattr("queuestore.core.watch.MARK_SECONDS", 1.0)
+    monkeypatch.setattr("queuestore.core.watch.MARK_RENEWAL", 0.2)
+    monkeypatch.setattr("queuestore.core.watch.POLL_INTERVAL", 0.1)
     watcher, writer = stores(make_store)
     task = working(writer)
     with watcher.watch(task_ids=[task.id]):
@@ -167,7 +169,7 @@ def test_a_watch_opens_and_delivers_when_its_tasks_cannot_be_marked(
 
     monkeypatch.setattr(watcher._feed, "_watch_tasks", refused)
     with (
-        caplog.at_level(logging.WARNING, "queuestore.watch"),
+        caplog.at_level(logging.WARNING, "queuestore.core.watch"),
         watcher.watch(task_ids=[task.id]) as changes,
     ):
         written = writer.update(task.id, progress=0.5)

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from queuestore import TaskStatus, TaskStore
-from queuestore.watch import Listener, StatusChange
+from queuestore.core.watch import Listener, StatusChange
 
 LEASE = timedelta(seconds=30)
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queuestore import Artifact, Task, TaskError, TaskStatus, TaskStore
-from queuestore.owner import OwnerScope
-from queuestore.store.rules import Write
+from queuestore.core.owner import OwnerScope
+from queuestore.store.backend import Write
 from queuestore.store.sql import codec
 from queuestore.store.sql import queries as statements
 from queuestore.store.sql.queries import WriteShape

@@ -6,7 +6,7 @@ import pytest
 from worker.support import Published
 
 from queuestore import CallbackRefused, CallbackRequest, InvalidTaskData, TaskQueue, TaskStatus
-from queuestore.callbacks import DEFAULT_CALLBACK_ID, CallbackEvents
+from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, CallbackEvents
 
 URL = "https://93.184.216.34/hook"
 

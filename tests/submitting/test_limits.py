@@ -20,7 +20,7 @@ from queuestore import (
 )
 from queuestore.config import Settings
 from queuestore.metrics.prometheus import SLOT_WAITS, instrument
-from queuestore.worker import execute
+from queuestore.run.job import execute
 
 LEASE = timedelta(seconds=30)
 

@@ -10,7 +10,7 @@ from worker.support import Published
 
 from queuestore import InMemoryTaskStore, InvalidTaskData, TaskQueue
 from queuestore.config import Settings
-from queuestore.queue import priority_config
+from queuestore.submit.queue import priority_config
 
 
 def queue_on(

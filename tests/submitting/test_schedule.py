@@ -19,7 +19,7 @@ from worker.support import Published
 from queuestore import InMemoryTaskStore, InvalidTaskData, TaskQueue, TaskStatus
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
-from queuestore.worker import execute, job
+from queuestore.run.job import execute, job
 
 AHEAD = timedelta(seconds=12)
 
@@ -113,7 +113,7 @@ def test_the_look_ahead_defaults_within_the_lease_and_must_fit_in_it(app: Celery
 def test_a_sweep_slower_than_the_look_ahead_is_warned_of(
     queue: TaskQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="queuestore.queue"):
+    with caplog.at_level(logging.WARNING, logger="queuestore.submit.queue"):
         queue.install_beat_schedule(dispatch_interval=timedelta(seconds=10))
         assert caplog.records == []
         queue.install_beat_schedule(dispatch_interval=timedelta(seconds=30))

@@ -11,7 +11,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from queuestore import job
-from queuestore.worker import Job
+from queuestore.run.job import Job
 
 T = TypeVar("T")
 

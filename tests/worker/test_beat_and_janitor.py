@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 
 from queuestore import TaskQueue
-from queuestore.maintenance import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.beat.schedule import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
 
 
 def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: TaskQueue) -> None:

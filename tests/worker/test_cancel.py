@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from queuestore import TaskContext, TaskQueue, TaskStatus
-from queuestore.worker import execute
+from queuestore.run.job import execute
 
 from .support import Published, register
 

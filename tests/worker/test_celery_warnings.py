@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from queuestore import TaskQueue
-from queuestore.queue import _REVOKE_FILTER
+from queuestore.submit.queue import _REVOKE_FILTER
 
 
 def test_celerys_revoke_bookkeeping_warning_is_dropped_only_for_a_disabled_backend(

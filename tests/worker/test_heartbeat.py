@@ -9,7 +9,7 @@ from datetime import datetime
 from celery import Celery
 
 from queuestore import TaskContext, TaskQueue, TaskStatus
-from queuestore.worker import execute
+from queuestore.run.job import execute
 
 from .support import eventually, register
 

@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from queuestore import InvalidTransition, TaskContext, TaskQueue, TaskStatus
-from queuestore.worker import execute
+from queuestore.run.job import execute
 
 from .support import Published, register
 

@@ -22,7 +22,7 @@ from queuestore import (
     TaskQueue,
     TaskStatus,
 )
-from queuestore.worker import execute
+from queuestore.run.job import execute
 
 from .support import Published, eventually, register
 

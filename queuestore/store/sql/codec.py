@@ -26,9 +26,9 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON
 
-from queuestore.models import Artifact, PageOfTasks, Task, TaskError, TaskStatus
+from queuestore.core.models import Artifact, PageOfTasks, Task, TaskError, TaskStatus
+from queuestore.core.watch import StatusChange
 from queuestore.store.sql.queries import COLUMNS, PAGE_JSON, TASK_JSON
-from queuestore.watch import StatusChange
 
 _PAGE: Final = TypeAdapter(PageOfTasks)
 

@@ -47,10 +47,10 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_only, greenlet_spawn
 
-from queuestore.errors import StoreUnavailable
-from queuestore.store.schema import UTCDateTime
+from queuestore.core.errors import StoreUnavailable
 from queuestore.store.sql.engine import is_autocommit, loop_engine
 from queuestore.store.sql.queries import COLUMNS
+from queuestore.store.sql.schema import UTCDateTime
 
 if TYPE_CHECKING:
     from greenlet import greenlet

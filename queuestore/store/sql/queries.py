@@ -65,11 +65,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.sql import ClauseElement, Delete, Select, TextClause, Update
 
-from queuestore.limits import ConcurrencyLimits
-from queuestore.models import LIVE, TERMINAL, TaskStatus
-from queuestore.owner import OwnerScope
-from queuestore.store.rules import UNSET, ListQuery, SweepFilter, Write
-from queuestore.store.schema import TaskRow, UTCDateTime, WatchRow
+from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.models import LIVE, TERMINAL, TaskStatus
+from queuestore.core.owner import OwnerScope
+from queuestore.store.backend import UNSET, ListQuery, SweepFilter, Write
+from queuestore.store.sql.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
     pass
@@ -105,7 +105,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.priority,
     C.errors,
 ]
-"""What every statement returns: the fields of a :class:`~queuestore.models.Task`."""
+"""What every statement returns: the fields of a :class:`~queuestore.core.models.Task`."""
 
 NOTIFY_CHANNEL = "queuestore_tasks"
 """PostgreSQL channel announcing changes as ``<task id>:<status>``.

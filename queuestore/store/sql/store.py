@@ -24,21 +24,21 @@ from typing import Any, ParamSpec, TypeVar, cast
 from sqlalchemy import ColumnElement, Connection, Engine
 from sqlalchemy.sql import ClauseElement, Executable, Select
 
-from queuestore.callbacks import Callback, Delivery, DeliveryState
-from queuestore.cursor import CursorKey
-from queuestore.errors import StoreUnavailable, TaskConflict
-from queuestore.limits import ConcurrencyLimits
-from queuestore.models import Task, TaskStatus
-from queuestore.owner import OwnerScope
+from queuestore.core.callbacks import Callback, Delivery, DeliveryState
+from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.cursor import CursorKey
+from queuestore.core.errors import StoreUnavailable, TaskConflict
+from queuestore.core.models import Task, TaskStatus
+from queuestore.core.owner import OwnerScope
+from queuestore.core.watch import Listener, StatusChange
+from queuestore.store.backend import ListQuery, NewTask, SweepFilter, Write, dispatch_order
 from queuestore.store.base import TaskStore
-from queuestore.store.callbacks import Outgoing, Settlement
-from queuestore.store.protocol import stops_a_run
-from queuestore.store.rules import ListQuery, NewTask, SweepFilter, Write, dispatch_order
-from queuestore.store.sql import codec, push, queries
+from queuestore.store.deliveries import Outgoing, Settlement
+from queuestore.store.runs import stops_a_run
+from queuestore.store.sql import codec, deliveries, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
-from queuestore.watch import Listener, StatusChange
 
 _TICK = timedelta(microseconds=1)
 """What separates the timestamps of a batch's rows on SQLite, to keep their order."""
@@ -438,40 +438,42 @@ class SqlTaskStore(TaskStore):
         self, key: str, callback: Callback, scope: OwnerScope, task_may_follow: bool
     ) -> Callback | None:
         with self._transaction() as connection:
-            added, _ = push.add_callback(
+            added, _ = deliveries.add_callback(
                 connection, key, callback, scope, task_may_follow, postgres=self._postgres
             )
             return added
 
     def _callbacks(self, task_id: str, scope: OwnerScope) -> list[Callback]:
         with self._executor.connection() as connection:
-            return push.callbacks(connection, task_id, scope)
+            return deliveries.callbacks(connection, task_id, scope)
 
     def _remove_callbacks(self, task_id: str, callback_id: str | None, scope: OwnerScope) -> int:
         with self._transaction() as connection:
-            return push.remove_callbacks(connection, task_id, callback_id, scope)
+            return deliveries.remove_callbacks(connection, task_id, callback_id, scope)
 
     def _deliveries(self, task_id: str) -> list[Delivery]:
         with self._executor.connection() as connection:
-            return push.deliveries(connection, task_id)
+            return deliveries.deliveries(connection, task_id)
 
     def _revive(self, task_id: str, delivery_id: int) -> Delivery | None:
         with self._transaction() as connection:
-            return push.revive(connection, task_id, delivery_id, self._clock.at())
+            return deliveries.revive(connection, task_id, delivery_id, self._clock.at())
 
     def _take_deliveries(self, limit: int, lease: timedelta) -> list[Outgoing]:
         now = self._clock.at()
         until = self._clock.earlier(now, -lease)
         with self._transaction() as connection:
-            return push.take(connection, limit, now, until, postgres=self._postgres)
+            return deliveries.take(connection, limit, now, until, postgres=self._postgres)
 
     def _settle(self, delivery_id: int, attempts: int, settlement: Settlement) -> bool:
         with self._executor.connection() as connection:
-            return push.settle(connection, delivery_id, attempts, settlement, self._clock.at())
+            return deliveries.settle(
+                connection, delivery_id, attempts, settlement, self._clock.at()
+            )
 
     def _count_deliveries(self) -> dict[DeliveryState, int]:
         with self._executor.connection() as connection:
-            return push.count(connection)
+            return deliveries.count(connection)
 
     @contextmanager
     def subscribe_deliveries(self) -> Iterator[Listener]:
@@ -480,7 +482,7 @@ class SqlTaskStore(TaskStore):
             with super().subscribe_deliveries() as listen:
                 yield listen
             return
-        with self._listening(push.DELIVERY_CHANNEL) as listen:
+        with self._listening(deliveries.DELIVERY_CHANNEL) as listen:
             yield listen
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from queuestore.store.schema import Base
 from queuestore.store.sql import make_engine
 from queuestore.store.sql.migrations import VERSION_TABLE
+from queuestore.store.sql.schema import Base
 
 
 def run(connection: Connection) -> None:

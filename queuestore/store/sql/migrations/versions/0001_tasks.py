@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from queuestore.store.schema import UTCDateTime
+from queuestore.store.sql.schema import UTCDateTime
 
 revision = "0001"
 down_revision = None

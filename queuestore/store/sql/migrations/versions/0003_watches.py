@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from queuestore.store.schema import UTCDateTime
+from queuestore.store.sql.schema import UTCDateTime
 
 revision = "0003"
 down_revision = "0002"

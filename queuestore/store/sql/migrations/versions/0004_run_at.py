@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from queuestore.store.schema import UTCDateTime
+from queuestore.store.sql.schema import UTCDateTime
 
 revision = "0004"
 down_revision = "0003"

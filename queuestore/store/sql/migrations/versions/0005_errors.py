@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from queuestore.store.schema import JsonColumn
+from queuestore.store.sql.schema import JsonColumn
 
 revision = "0005"
 down_revision = "0004"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from queuestore.store.schema import JsonColumn, UTCDateTime
+from queuestore.store.sql.schema import JsonColumn, UTCDateTime
 
 revision = "0009"
 down_revision = "0008"

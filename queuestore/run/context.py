@@ -1,0 +1,134 @@
+"""What a running job sees of its task: :class:`TaskContext`, and the signals that end a run.
+
+A context is the job's view over one :class:`~queuestore.run.lease.Run`: it checks
+what the job reports, and the run batches it (see :mod:`queuestore.run.lease`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import JsonValue
+
+from queuestore.core import validation as check
+from queuestore.core.models import Artifact, Task
+from queuestore.run.lease import JobCancelled, Run
+from queuestore.store.backend import UNSET, Unset
+
+__all__ = ["InputRequested", "JobCancelled", "TaskContext"]
+
+
+class InputRequested(BaseException):
+    """Ends the current run in ``input_required``; raised by :meth:`TaskContext.request_input`."""
+
+    def __init__(self, prompt: str) -> None:
+        super().__init__(prompt)
+        self.prompt = prompt
+
+
+class TaskContext:
+    """What a running job sees of its task, and how it reports back.
+
+    Reports (:meth:`progress`, :meth:`set_message`, :meth:`add_artifact`) are
+    checked at once and written in batches: at most every
+    ``TaskQueue.report_interval``, by the worker's heartbeat thread, and
+    finally together with the job's outcome, so a job never waits on the
+    database to report. Each batch is one compare-and-set fenced by this run's
+    lease; :meth:`flush` writes the batch now. With a ``report_interval`` of
+    zero every report is written before the call returns.
+
+    When the task was cancelled (or reassigned after a lost lease) the next
+    report or :meth:`raise_if_cancelled` raises :class:`JobCancelled`.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._questions = 0
+
+    @property
+    def task(self) -> Task:
+        """The task as this run last wrote or saw it."""
+        return self._run.task
+
+    @property
+    def task_id(self) -> str:
+        """The id of the task this run works on."""
+        return self._run.task_id
+
+    @property
+    def worker_id(self) -> str:
+        """This run's fencing token: the worker that holds the task's lease."""
+        return self._run.worker_id
+
+    @property
+    def attempt(self) -> int:
+        """Which run this is: 1 for the first; each answered question, each retry
+        of the job's retry policy and each retry after a lost worker starts another."""
+        return self._run.task.attempt
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the task was cancelled (or taken from this run) as far as this run knows."""
+        return self._run.stopped
+
+    def raise_if_cancelled(self) -> None:
+        """Stop here if the task was cancelled; call it in long loops.
+
+        Raises:
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        if self._run.stopped:
+            raise JobCancelled(self.task_id)
+
+    def progress(self, fraction: float | None, message: str | Unset | None = UNSET) -> None:
+        """Report how far the job got (0..1), optionally with a status message.
+
+        Raises:
+            InvalidTaskData: ``fraction`` is not within 0..1, or the message is invalid.
+        """
+        values: dict[str, Any] = {"progress": check.progress(fraction)}
+        if message is not UNSET:
+            values["status_message"] = check.message(message)
+        self._run.report(values)
+
+    def set_message(self, message: str | None) -> None:
+        """Set the human-readable status message.
+
+        Raises:
+            InvalidTaskData: the message is invalid.
+        """
+        self._run.report({"status_message": check.message(message)})
+
+    def add_artifact(self, artifact: Artifact | Mapping[str, Any], *, append: bool = False) -> None:
+        """Publish an artifact; with ``append`` its parts extend the one with the same id.
+
+        Raises:
+            InvalidTaskData: the artifact is invalid or over the payload limit.
+        """
+        checked = check.artifact(artifact, self._run.settings.store.max_payload_bytes)
+        self._run.report({}, (checked, append))
+
+    def flush(self) -> None:
+        """Write what the job reported and was not written yet, before returning.
+
+        Raises:
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        self.raise_if_cancelled()
+        self._run.flush()
+
+    def request_input(self, prompt: str) -> JsonValue:
+        """Ask the caller a question and return the answer.
+
+        The first time, this ends the run: the task goes to ``input_required``
+        with ``prompt`` as its message, and no worker waits. ``TaskQueue.resume``
+        stores the answer and runs the job again from the start; this call then
+        returns the answer. A job may ask several questions: each call returns
+        the answer to the question asked at the same point.
+        """
+        index = self._questions
+        self._questions += 1
+        if index < len(self._run.task.answers):
+            return self._run.task.answers[index]
+        raise InputRequested(prompt)

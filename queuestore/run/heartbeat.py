@@ -1,0 +1,103 @@
+"""The heartbeat: one thread per worker process that keeps running jobs' leases alive."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+
+from queuestore.core.errors import QueueStoreError, TaskNotFound
+from queuestore.core.watch import Listener
+from queuestore.run.lease import Run
+from queuestore.run.registry import RunSettings
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """One thread per worker process that keeps the leases of running jobs alive.
+
+    It extends each lease every ``heartbeat_interval`` and, between beats,
+    listens for runs stopped from outside (a cancel) so that the job hears of
+    it at once; it is not woken by other tasks' completions. While jobs run it
+    also writes their reports every ``report_interval``.
+    """
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+        self._running: dict[str, Run] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.pid = os.getpid()
+
+    @classmethod
+    def of(cls, settings: RunSettings) -> Heartbeat:
+        """This process's heartbeat for runs with ``settings`` (made anew in a forked child)."""
+        with _HEARTBEATS_LOCK:
+            heartbeat = _HEARTBEATS.get(settings)
+            if heartbeat is None or heartbeat.pid != os.getpid():
+                heartbeat = _HEARTBEATS[settings] = cls(settings)
+        return heartbeat
+
+    def add(self, run: Run) -> None:
+        """Keep ``run``'s lease alive and tell it about a cancel until discarded."""
+        with self._lock:
+            self._running[run.task_id] = run
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="queuestore-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def discard(self, run: Run) -> None:
+        """Stop watching ``run``."""
+        with self._lock:
+            if self._running.get(run.task_id) is run:
+                del self._running[run.task_id]
+
+    def _loop(self) -> None:
+        interval = self.settings.heartbeat_interval.total_seconds()
+        while True:
+            try:
+                with self.settings.store.subscribe_stops() as listen:
+                    self._beat_while(listen, interval)
+            except QueueStoreError as exc:
+                log.warning("heartbeat: %s; retrying", exc)
+                time.sleep(interval)
+
+    def _beat_while(self, listen: Listener, interval: float) -> None:
+        next_beat = 0.0
+        report_every = self.settings.report_interval.total_seconds()
+        while True:
+            now = time.monotonic()
+            if now >= next_beat:
+                self._beat()
+                next_beat = now + interval
+            with self._lock:
+                running = list(self._running.values())
+            wake = next_beat
+            if running and report_every > 0:
+                for run in running:
+                    run.write_if_due(now)
+                wake = min(wake, time.monotonic() + report_every)
+            for task_id, _status in listen(max(wake - time.monotonic(), 0.0)):
+                with self._lock:
+                    stopped = self._running.get(task_id)
+                if stopped is not None:
+                    stopped.stop()
+
+    def _beat(self) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        store, lease = self.settings.store, self.settings.lease
+        for run in running:
+            try:
+                run.observe(store.heartbeat(run.task_id, run.worker_id, lease))
+            except TaskNotFound:
+                run.stop()
+
+
+_HEARTBEATS: weakref.WeakKeyDictionary[RunSettings, Heartbeat] = weakref.WeakKeyDictionary()
+_HEARTBEATS_LOCK = threading.Lock()

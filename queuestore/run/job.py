@@ -1,0 +1,351 @@
+"""The worker side: ``@job`` turns a function into a Celery task that runs a stored task.
+
+One run of a job is: claim the task (compare-and-set to ``working`` with a
+lease), call the function with a :class:`TaskContext` and the task's input,
+and write the outcome back, fenced by the lease so that a cancelled task, or
+one that another worker took over, cannot be changed by this run.
+
+The run side (this module, :mod:`queuestore.run.lease`, :mod:`queuestore.run.context`,
+:mod:`queuestore.run.heartbeat`) never imports :mod:`queuestore.submit.queue`: it finds
+the store and the intervals of its runs in :mod:`queuestore.run.registry`, where the
+app's ``TaskQueue`` bound them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+
+from queuestore.core.errors import (
+    InvalidTaskData,
+    InvalidTransition,
+    LeaseLost,
+    StoreUnavailable,
+    TaskNotFound,
+)
+from queuestore.core.logs import task_context
+from queuestore.core.models import Task, TaskError, TaskStatus
+from queuestore.core.retries import Retry
+from queuestore.run.context import InputRequested, TaskContext
+from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.hold import install as install_message_hold
+from queuestore.run.interrupts import interrupts
+from queuestore.run.lease import JobCancelled, Run, riding_out_outages
+from queuestore.run.registry import RunSettings, register_job, registered_job, settings_of
+
+__all__ = [
+    "InputRequested",
+    "Job",
+    "JobCancelled",
+    "TaskContext",
+    "execute",
+    "job",
+    "registered_job",
+]
+
+log = logging.getLogger(__name__)
+
+
+_EARLY_AGAIN = 0.5
+"""The shortest wait before an early message's task is offered again, in seconds."""
+
+
+@dataclass
+class Job:
+    """A function registered as a queuestore job on a Celery app."""
+
+    name: str
+    function: Callable[..., Any]
+    celery_task: Any = field(repr=False)
+    retry: Retry | None = None
+    """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
+
+    def __call__(self, ctx: TaskContext, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (in tests), with a context of your own."""
+        return self.function(ctx, *args, **kwargs)
+
+    def check_input(self, payload: Mapping[str, Any]) -> None:
+        """Refuse input the function cannot take, before anything is written.
+
+        Raises:
+            InvalidTaskData: unknown or missing keyword arguments.
+        """
+        try:
+            inspect.signature(self.function).bind(None, **payload)
+        except TypeError as exc:
+            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
+
+
+def job(
+    app: Celery, *, name: str | None = None, retry: Retry | None = None, **celery_options: Any
+) -> Callable[[Callable[..., Any]], Job]:
+    """Register ``function(ctx, **input)`` as a job named ``name`` on ``app``.
+
+    The Celery task it creates takes only the task id; the input is read from
+    the store. Late acknowledgement is on, so a message is not acknowledged
+    before its run claimed the task: a run that ends sooner than ``ack_after``
+    acknowledges with its outcome, a longer one once the store shows the task
+    claimed (:mod:`queuestore.run.hold`), so no broker timeout redelivers it.
+    If the store cannot be reached to claim the task, the message is retried
+    later rather than acknowledged and lost.
+
+    Args:
+        app: the Celery app whose :class:`~queuestore.submit.queue.TaskQueue` runs it.
+        name: the job's name, as given to ``TaskQueue.submit``; defaults to
+            ``module.function``.
+        retry: which errors run the job again, how often and after what wait
+            (:class:`~queuestore.core.retries.Retry`); by default an error fails the task.
+        **celery_options: passed to ``app.task`` (``queue``, ``time_limit``...).
+    """
+
+    def register(function: Callable[..., Any]) -> Job:
+        job_name = name or f"{function.__module__}.{function.__qualname__}"
+        options = {"acks_late": True, "ignore_result": True, "shared": False, **celery_options}
+
+        def run(celery_task: Any, task_id: str) -> None:
+            try:
+                with task_context(task_id, job_name):
+                    execute(settings_of(app), registered, task_id)
+            except StoreUnavailable as exc:
+                # Below ack_after: a message held for its countdown (unacknowledged)
+                # must not outlive the broker's visibility timeout, set from the lease.
+                cap = max(settings_of(app).ack_after.total_seconds(), 1.0)
+                countdown = min(2.0**celery_task.request.retries, cap)
+                log.warning(
+                    "task %s: store unavailable (%s); retry in %.0fs",
+                    task_id,
+                    exc,
+                    countdown,
+                    extra={"task_id": task_id, "job": job_name},
+                )
+                raise celery_task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
+
+        run.__name__ = run.__qualname__ = function.__name__
+        run.__module__ = function.__module__
+        celery_task = app.task(name=job_name, bind=True, **options)(run)
+        if retry is not None and not isinstance(retry, Retry):
+            raise TypeError("retry must be a queuestore.Retry")
+        registered = Job(job_name, function, celery_task, retry)
+        register_job(app, registered)
+        install_message_hold(app)
+        return registered
+
+    return register
+
+
+def new_worker_id() -> str:
+    """A fencing token for one run: host, process and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None:
+    """Run one job for ``task_id`` if this run can claim it; return the task as left.
+
+    ``settings`` is the app's ``TaskQueue`` (or anything with its store and
+    intervals). Returns None when the claim failed: the message was a
+    duplicate, the task was cancelled, parked or deleted before it started, or
+    its owner or job was at its concurrency limit (the task waits for a slot).
+    A run that ends hands its slot on to a task waiting for it.
+    """
+    interrupts.install()
+    heartbeat = Heartbeat.of(settings)
+    with interrupts.deferred(then_raise=False):
+        worker_id = new_worker_id()
+        task = settings.store.claim(task_id, worker_id, settings.lease, limits=settings.limits)
+        if task is None:
+            _after_refusal(settings, task_id)
+            return None
+        run = Run(settings, task, worker_id)
+        heartbeat.add(run)
+    try:
+        with interrupts.running(lambda: run.stopped):
+            outcome = _call(registered, run)
+    finally:
+        with interrupts.deferred(then_raise=False):
+            heartbeat.discard(run)
+    with interrupts.deferred(then_raise=False):
+        policy = _retrying(registered, run, outcome)
+        left = _record(run, outcome) if policy is None else _record_retry(run, outcome, policy)
+        _hand_off(settings, run.task)
+        return left
+
+
+def _after_refusal(settings: RunSettings, task_id: str) -> None:
+    """After a refused claim: let a task at its limit wait, or publish an early one again.
+
+    A task refused at its concurrency limit waits in the store without a
+    message until a slot is free (a run that ends hands it on). A message
+    comes early when its publisher's clock runs ahead of the store's, or when
+    something published it without the countdown ``TaskQueue.dispatch``
+    gives: it is published again for its start. Any other refusal (a duplicate
+    message, a cancelled, parked or deleted task) drops the message.
+    """
+    try:
+        task = settings.store.get(task_id)
+    except TaskNotFound:
+        task = None
+    if (
+        task is None
+        or task.worker_id is not None
+        or task.status not in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
+    ):
+        log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
+        return
+    # Unclaimed and pending, yet refused: at its limit, or before its start.
+    if settings.limits.applies(task) and (task.run_at is None or _at_limit(settings, task)):
+        log.info("task %s waits for a slot: its owner or job is at its concurrency limit", task_id)
+        waits = settings.store.wait_for_slot(task.id, version=task.version) is not None
+        # A run that ended since the claim's count may have handed its slot to no one.
+        if waits and not _at_limit(settings, task):
+            _hand_off(settings, task)
+        return
+    if task.run_at is None:
+        log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
+        return
+    # Its start has not come on the store's clock. This process's clock may be
+    # ahead of it: wait at least a moment, not a busy loop.
+    wait = max((task.run_at - datetime.now(UTC)).total_seconds(), _EARLY_AGAIN)
+    log.info("task %s: its message came before its start; published again in %.3fs", task_id, wait)
+    settings.dispatch(task, countdown=wait)
+
+
+def _at_limit(settings: RunSettings, task: Task) -> bool:
+    """Whether ``task``'s owner or job has no free slot now."""
+    return settings.limits.slots(settings.store.running_counts()).full(task)
+
+
+def _hand_off(settings: RunSettings, ended: Task) -> None:
+    """Publish the tasks waiting for the slot ``ended`` held; in a store outage the
+    dispatcher sweep does it later."""
+    try:
+        settings.hand_off(ended)
+    except StoreUnavailable as exc:
+        log.warning("the slot of task %s is not handed on (%s); the sweep will", ended.id, exc)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: TaskStatus | None
+    values: dict[str, Any] = field(default_factory=dict)
+    raised: BaseException | None = None
+    """What the job raised, for a failure its retry policy may retry."""
+
+
+def _call(registered: Job, run: Run) -> _Outcome:
+    try:
+        value = registered.function(TaskContext(run), **run.task.input)
+    except JobCancelled:
+        return _Outcome(None)
+    except InputRequested as request:
+        return _Outcome(TaskStatus.INPUT_REQUIRED, {"status_message": request.prompt})
+    except SoftTimeLimitExceeded as exc:
+        # A revoke(terminate=True, signal="SIGUSR1") arrives as a soft time limit.
+        if run.stopped or _was_taken(run):
+            return _Outcome(None)
+        return _failure(exc)
+    except Exception as exc:
+        log.exception("job %s failed for task %s", registered.name, run.task_id)
+        return _failure(exc)
+    return _Outcome(TaskStatus.COMPLETED, {"result": value, "progress": 1.0})
+
+
+def _failure(exc: BaseException) -> _Outcome:
+    kind = type(exc)
+    qualified = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else (f"{kind.__module__}.{kind.__qualname__}")
+    )
+    # The message is the job's text: keep it storable (PostgreSQL refuses NUL).
+    error = TaskError(type=qualified, message=str(exc).replace("\x00", "\ufffd")[:10_000])
+    return _Outcome(TaskStatus.FAILED, {"error": error}, raised=exc)
+
+
+def _was_taken(run: Run) -> bool:
+    try:
+        run.observe(run.settings.store.get(run.task_id))
+    except TaskNotFound:
+        return True
+    return run.stopped
+
+
+def _retrying(registered: Job, run: Run, outcome: _Outcome) -> Retry | None:
+    """The job's retry policy if it runs the job again after this outcome, else None."""
+    policy, raised = registered.retry, outcome.raised
+    if policy is None or raised is None or run.stopped:
+        return None
+    return policy if policy.retries(raised, runs=len(run.task.errors) + 1) else None
+
+
+def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
+    """End the run as a retry: the reports first, then the error and the next run's start.
+
+    The next run is published with a countdown when it starts within the
+    queue's ``schedule_ahead``, as ``submit`` publishes a scheduled task;
+    otherwise (or with the broker down) the dispatcher sweep publishes it.
+    """
+    wait = policy.wait(len(run.task.errors) + 1)
+    error: TaskError = outcome.values["error"]
+
+    def write() -> Task:
+        run.write()
+        return run.settings.store.retry(
+            run.task_id,
+            run.worker_id,
+            error=error,
+            run_at=datetime.now(UTC) + wait,
+            known=run.task,
+        )
+
+    try:
+        task = riding_out_outages(write, run.task_id)
+    except (InvalidTaskData, InvalidTransition, LeaseLost, TaskNotFound) as exc:
+        log.info("task %s changed under its run (%s); retry dropped", run.task_id, exc)
+        return None
+    log.warning(
+        "task %s: %s; retry %d of %d in %.1fs",
+        run.task_id,
+        error.type,
+        len(task.errors),
+        policy.attempts - 1,
+        wait.total_seconds(),
+        extra={"task_id": run.task_id, "job": task.name},
+    )
+    if wait <= run.settings.schedule_ahead:
+        run.settings.dispatch(task)
+    return task
+
+
+def _record(run: Run, outcome: _Outcome) -> Task | None:
+    """Write the outcome, riding out a database restart; a cancelled task stays cancelled."""
+    if outcome.status is None:
+        return run.task
+    return riding_out_outages(lambda: _write_outcome(run, outcome), run.task_id)
+
+
+def _write_outcome(run: Run, outcome: _Outcome) -> Task | None:
+    """Write the outcome together with the reports the job made since the last write."""
+    try:
+        try:
+            refused = run.take_refused()
+            if refused is not None and outcome.status is not TaskStatus.FAILED:
+                # Reports the heartbeat could not write: the job would have seen this error.
+                raise refused
+            return run.write(status=outcome.status, **outcome.values)
+        except InvalidTaskData as exc:
+            # The job returned or reported something the store refuses (not JSON, too large).
+            error = TaskError(type="InvalidTaskData", message=str(exc))
+            return run.write(status=TaskStatus.FAILED, error=error)
+    except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
+        log.info("task %s changed under its run (%s); outcome dropped", run.task_id, exc)
+    return None

@@ -1,0 +1,312 @@
+"""queuestore's tables, as typed SQLAlchemy 2 mappings: tasks, watches, callbacks, deliveries.
+
+The Alembic migrations in ``queuestore/store/sql/migrations`` build exactly this schema;
+a test compares the two on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    text,
+    true,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from queuestore.core.models import LIVE, TaskStatus
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp: ``timestamptz`` on PostgreSQL, UTC text on SQLite."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JsonColumn = JSON().with_variant(JSONB(), "postgresql")
+
+_STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
+
+_LIVE_UNCLAIMED = "worker_id IS NULL AND status IN ('submitted', 'working')"
+
+_LIVE_STATUSES = ", ".join(f"'{status.value}'" for status in sorted(LIVE))
+_LIVE_UNIQUE = f"unique_key IS NOT NULL AND status IN ({_LIVE_STATUSES})"
+
+
+def _outbox(dialect: str, *, dispatched: bool, scheduled: bool | None = None) -> str:
+    """The predicate of a dispatcher index: live, unclaimed jobs, published or not.
+
+    Written as the sweep's query reads on each dialect (SQLite matches an
+    index's terms literally): a row that is not a job is in no such index.
+    ``scheduled`` narrows an index of unpublished jobs to those with a start
+    time (True) or without (False).
+    """
+    job = "job = 1" if dialect == "sqlite" else "job"
+    published = "IS NOT NULL" if dispatched else "IS NULL"
+    predicate = f"{job} AND dispatched_at {published} AND {_LIVE_UNCLAIMED}"
+    if scheduled is None:
+        return predicate
+    return f"{predicate} AND run_at {'IS NOT NULL' if scheduled else 'IS NULL'}"
+
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class TaskRow(Base):
+    """One task. Columns mirror :class:`queuestore.core.models.Task`, plus bookkeeping."""
+
+    __tablename__ = "queuestore_tasks"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    input: Mapped[dict[str, Any]] = mapped_column(JsonColumn)
+    owner: Mapped[str | None] = mapped_column(String(256))
+    context_id: Mapped[str | None] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(20))
+    status_message: Mapped[str | None] = mapped_column(Text)
+    progress: Mapped[float | None] = mapped_column(Float)
+    result: Mapped[Any] = mapped_column(JsonColumn, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JsonColumn, nullable=True)
+    artifacts: Mapped[list[Any]] = mapped_column(JsonColumn)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonColumn)
+    answers: Mapped[list[Any]] = mapped_column(JsonColumn)
+    # 0 to 9, the most urgent: the dispatcher's order, and the brokers' where enabled.
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    # While the task is live, no other task of its owner has this key.
+    unique_key: Mapped[str | None] = mapped_column(String(256))
+    # The errors of the runs a job's retry policy retried, oldest first.
+    errors: Mapped[list[Any]] = mapped_column(JsonColumn, server_default=text("'[]'"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ttl_ms: Mapped[int | None] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempt: Mapped[int] = mapped_column(Integer)
+    version: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str | None] = mapped_column(String(256))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the job may start (submit's run_at or delay); NULL: at once.
+    run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A Celery job runs the task: the dispatcher publishes it until a mark says
+    # its message went out. False for a record something else runs (an A2A
+    # agent in its server process), which the dispatcher never publishes.
+    job: Mapped[bool] = mapped_column(Boolean, server_default=true())
+
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+        CheckConstraint("progress IS NULL OR (progress >= 0 AND progress <= 1)", name="progress"),
+        # Listing: owner-scoped and unscoped, newest first by the immutable key.
+        Index(None, "owner", "created_at", "id"),
+        Index(None, "created_at", "id"),
+        Index(None, "status", "updated_at"),
+        Index(None, "context_id"),
+        # Unique tasks: one live task per owner and key, and per key among the
+        # unowned (a unique index holds any number of NULL owners).
+        Index(
+            "uq_queuestore_tasks_live_unique_key",
+            "owner",
+            "unique_key",
+            unique=True,
+            postgresql_where=text(_LIVE_UNIQUE),
+            sqlite_where=text(_LIVE_UNIQUE),
+        ),
+        Index(
+            "uq_queuestore_tasks_live_unowned_unique_key",
+            "unique_key",
+            unique=True,
+            postgresql_where=text(f"owner IS NULL AND {_LIVE_UNIQUE}"),
+            sqlite_where=text(f"owner IS NULL AND {_LIVE_UNIQUE}"),
+        ),
+        # The janitor: terminal rows by finish time or by their own expiry.
+        Index(
+            None,
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+            sqlite_where=text("finished_at IS NOT NULL"),
+        ),
+        Index(
+            None,
+            "expires_at",
+            postgresql_where=text("expires_at IS NOT NULL"),
+            sqlite_where=text("expires_at IS NOT NULL"),
+        ),
+        # The dispatcher sweep: unclaimed live jobs, unpublished (by their last
+        # write, or by their start time) or published long ago.
+        Index(
+            "ix_queuestore_tasks_undispatched",
+            "updated_at",
+            postgresql_where=text(_outbox("postgresql", dispatched=False, scheduled=False)),
+            sqlite_where=text(_outbox("sqlite", dispatched=False, scheduled=False)),
+        ),
+        Index(
+            "ix_queuestore_tasks_scheduled",
+            "run_at",
+            postgresql_where=text(_outbox("postgresql", dispatched=False, scheduled=True)),
+            sqlite_where=text(_outbox("sqlite", dispatched=False, scheduled=True)),
+        ),
+        Index(
+            "ix_queuestore_tasks_unclaimed_dispatched_at",
+            "dispatched_at",
+            postgresql_where=text(_outbox("postgresql", dispatched=True)),
+            sqlite_where=text(_outbox("sqlite", dispatched=True)),
+        ),
+        # Concurrency limits: the running tasks (held by a worker), by owner and
+        # job, and by job alone (a job's count whatever the owners).
+        Index(
+            "ix_queuestore_tasks_running",
+            "owner",
+            "name",
+            postgresql_where=text("worker_id IS NOT NULL"),
+            sqlite_where=text("worker_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_queuestore_tasks_running_job",
+            "name",
+            postgresql_where=text("worker_id IS NOT NULL"),
+            sqlite_where=text("worker_id IS NOT NULL"),
+        ),
+        # The reaper: leases that ran out.
+        Index(
+            None,
+            "lease_expires_at",
+            postgresql_where=text("lease_expires_at IS NOT NULL"),
+            sqlite_where=text("lease_expires_at IS NOT NULL"),
+        ),
+    )
+
+
+class WatchRow(Base):
+    """A task some process follows by id: its writes are announced (PostgreSQL NOTIFY).
+
+    Only the terminal and parked statuses are announced by every write; a
+    progress report, an artifact or a claim is announced only while a row here
+    says someone watches that task (``until`` is in the future). A change
+    feed keeps the rows of the tasks it watches ``until`` a minute ahead and
+    drops the ones that ran out (see :mod:`queuestore.core.watch`).
+    """
+
+    __tablename__ = "queuestore_watches"
+
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+_PENDING = "state = 'pending'"
+
+
+class CallbackRow(Base):
+    """A URL a task's status changes are sent to (:class:`queuestore.core.callbacks.Callback`).
+
+    No foreign key: an A2A push config may be registered for a task id just
+    before its task's row is written. A trigger deletes a task's callbacks
+    and deliveries with the task.
+    """
+
+    __tablename__ = "queuestore_callbacks"
+
+    # Unique across tasks and databases: the deliveries' event ids are made of it.
+    key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64))
+    id: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str | None] = mapped_column(String(256))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[str] = mapped_column(String(10))
+    format: Mapped[str] = mapped_column(String(10))
+    token: Mapped[str | None] = mapped_column(Text)
+    auth_scheme: Mapped[str | None] = mapped_column(String(64))
+    auth_credentials: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint("events IN ('terminal', 'all')", name="events"),
+        CheckConstraint("format IN ('webhook', 'a2a')", name="format"),
+        Index("uq_queuestore_callbacks_task_id_id", "task_id", "id", unique=True),
+    )
+
+
+class DeliveryRow(Base):
+    """One status change to send to one callback: the outbox, written by a trigger.
+
+    ``AFTER UPDATE OF status ON queuestore_tasks`` inserts a row for each
+    callback of the task that wants the new status, in the transaction of the
+    change (see migration 0009), with the task as the change left it.
+    """
+
+    __tablename__ = "queuestore_deliveries"
+
+    # INTEGER PRIMARY KEY on SQLite (the rowid), an identity on PostgreSQL: the
+    # order of a callback's deliveries, which is the order of its task's changes.
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    callback_key: Mapped[str] = mapped_column(String(32))
+    task_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20))
+    version: Mapped[int] = mapped_column(Integer)
+    task: Mapped[dict[str, Any]] = mapped_column(JsonColumn)
+    state: Mapped[str] = mapped_column(String(10), server_default=text("'pending'"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Pending: when it is due; while an attempt runs, when it may be taken again.
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    response_status: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'delivered', 'dead')", name="state"),
+        Index(None, "task_id", "id"),
+        # The head of each callback's queue: its oldest pending delivery.
+        Index(
+            "ix_queuestore_deliveries_pending",
+            "callback_key",
+            "id",
+            postgresql_where=text(_PENDING),
+            sqlite_where=text(_PENDING),
+        ),
+        Index(
+            "ix_queuestore_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text(_PENDING),
+            sqlite_where=text(_PENDING),
+        ),
+    )
