@@ -44,7 +44,7 @@ RAW_CLAIM = (
 )
 RAW_COMPLETE = (
     "UPDATE queuestore_tasks SET status = 'completed', progress = 1.0, result = %s, "
-    "artifacts = %s, worker_id = NULL, lease_expires_at = NULL, dispatched_at = NULL, "
+    "artifacts = %s, worker_id = NULL, lease_expires_at = NULL, published_at = NULL, "
     "finished_at = now(), updated_at = now(), version = version + 1 "
     f"WHERE id = %s AND status = 'working' AND worker_id = %s RETURNING {RAW_COLUMNS}"
 )

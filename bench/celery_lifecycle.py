@@ -9,7 +9,7 @@ trust). In one run it:
 1. measures queuestore's full lifecycle throughput (``TaskQueue.submit`` ->
    claim -> progress -> artifact -> completed) with one solo worker, on
    queuestore's defaults: the job's progress and artifact are batched
-   (``report_interval``) and so go with the outcome's write, and dispatch
+   (``report_interval``) and so go with the outcome's write, and publish
    marks are written in batches, so a task costs three statements (insert,
    claim, outcome) plus its share of a batched mark;
 2. measures bare Celery (trivial task, no result backend) with the same setup;
@@ -328,7 +328,7 @@ class Bench:
         )
         # The marks still waiting for their delay are the producer's work too.
         cpu = time.process_time()
-        queue.dispatch_marks.flush()
+        queue.publish_marks.flush()
         self.producer_cpu += time.process_time() - cpu
         return n / (end - start)
 

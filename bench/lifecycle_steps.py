@@ -9,7 +9,7 @@ Celery task, N tasks a step, each as this thread's CPU time and wall time per
 task (medians over R rounds):
 
 - the producer: ``check_input``, ``store.create``, Celery's ``send_task`` (to
-  a Redis queue nobody reads, deleted at the end) and the dispatch mark;
+  a Redis queue nobody reads, deleted at the end) and the publish mark;
 - the worker: ``store.claim``, the run's bookkeeping (``Run``, the heartbeat's
   add and discard, the context and the job body's ``progress`` and
   ``add_artifact``) and the outcome's write (``Run.write``);
@@ -124,8 +124,8 @@ class Steps:
             ),
         )
         self.note("producer: Celery send_task", timed(queue.publish, tasks, self.raw))
-        self.note("producer: dispatch mark (add)", timed(queue.dispatch_marks.add, tasks, self.raw))
-        queue.dispatch_marks.flush()
+        self.note("producer: publish mark (add)", timed(queue.publish_marks.add, tasks, self.raw))
+        queue.publish_marks.flush()
         # -- worker ------------------------------------------------------
         lease = queue.lease
         claimed: list[Any] = []

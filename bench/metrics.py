@@ -7,7 +7,7 @@ Usage::
 1. The metrics observer on the write path: ``create`` then ``cancel`` on a store
    that counts into ``queuestore.metrics.prometheus`` beside the same calls on a store
    without it (same database, rounds interleaved, order alternating).
-2. A scrape's store queries (``status_counts`` and ``outbox_backlog``, the two
+2. A scrape's store queries (``status_counts`` and ``unpublished_count``, the two
    aggregates ``StoreCollector`` runs) on a table of ``--rows`` tasks, beside one
    ``get`` by key; and a whole scrape (``generate_latest`` of the registry).
 
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.rounds):
             get_ms.append(latency_ms(lambda: plain.get(probe.id), 50))
             queries_ms.append(
-                latency_ms(lambda: (plain.status_counts(), plain.outbox_backlog()), 10)
+                latency_ms(lambda: (plain.status_counts(), plain.unpublished_count()), 10)
             )
             scrape_ms.append(latency_ms(lambda: generate_latest(registry), 10))
         task = counted.get(probe.id)

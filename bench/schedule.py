@@ -8,8 +8,8 @@ Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust) and Redis on 6379
 
 ``--tasks`` tasks are submitted at once with ``delay`` spread evenly from 1 s
 to ``--spread`` s, on queuestore's defaults: a start within ``schedule_ahead``
-(12 s) is published by ``submit`` itself, every later one by the dispatcher
-sweep, which a real beat (the worker's ``-B``) runs every ``dispatch_interval``
+(12 s) is published by ``submit`` itself, every later one by the sweep
+sweep, which a real beat (the worker's ``-B``) runs every ``sweep_interval``
 (10 s). A task's lateness is its row's ``started_at`` (the database's clock)
 minus its ``run_at`` (set by ``submit`` on the caller's clock, the same machine's).
 
@@ -177,7 +177,7 @@ def run(tasks: int, spread: float, broker: str, workdir: Path) -> tuple[dict[str
         queue = TaskQueue(SqlTaskStore(database_url), caller)  # queuestore's defaults throughout
         baseline = _baseline_app(baseline_broker, baseline_queue, records)
         stack.callback(queue.store.close)
-        stack.callback(queue.dispatch_marks.flush)
+        stack.callback(queue.publish_marks.flush)
         for app, name in ((caller, qs_queue), (baseline, baseline_queue)):
             stack.callback(app.close)
             stack.callback(_delete_queue, app, name)
@@ -201,10 +201,10 @@ def run(tasks: int, spread: float, broker: str, workdir: Path) -> tuple[dict[str
             start_worker(stack, "baseline_app", baseline_env, workdir),
         ]
         wait(lambda: all("ready." in log.read_text() for log in logs), 60, "the workers", logs)
-        interval = Settings.model_fields["dispatch_interval"].default
+        interval = Settings.model_fields["sweep_interval"].default
         described = (
             f"{broker}; lease {queue.lease.total_seconds():g} s, schedule_ahead "
-            f"{queue.schedule_ahead.total_seconds():g} s, dispatch_interval "
+            f"{queue.schedule_ahead.total_seconds():g} s, sweep_interval "
             f"{interval.total_seconds():g} s (beat in the worker): the defaults"
         )
 

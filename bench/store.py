@@ -66,7 +66,7 @@ COLUMNS = (
 ALL_COLUMNS = (
     "id, name, input, owner, context_id, status, status_message, progress, result, error, "
     "artifacts, metadata, answers, created_at, updated_at, started_at, finished_at, ttl_ms, "
-    "expires_at, attempt, version, worker_id, lease_expires_at, dispatched_at"
+    "expires_at, attempt, version, worker_id, lease_expires_at, published_at"
 )
 RAW_INSERT = (
     f"INSERT INTO {TABLE} (id, name, input, owner, context_id, status, artifacts, metadata, "

@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         timedelta(milliseconds=200),
         description="How often a job's progress and artifacts are written; 0: at once.",
     )
-    max_attempts: int = Field(
+    max_lost_runs: int = Field(
         3, ge=1, description="Runs a task gets when its workers keep dying, before it fails."
     )
     terminate_on_cancel: bool = Field(
@@ -165,11 +165,11 @@ class Settings(BaseSettings):
     reaper_interval: Duration = Field(
         timedelta(seconds=10), description="How often beat runs the reaper (expired leases)."
     )
-    dispatch_interval: Duration = Field(
+    sweep_interval: Duration = Field(
         timedelta(seconds=10),
-        description="How often beat runs the dispatcher sweep (tasks never published).",
+        description="How often beat runs the sweep (tasks never published).",
     )
-    dispatch_grace: Duration = Field(
+    publish_grace: Duration = Field(
         timedelta(seconds=10),
         description="How old an unpublished task must be before the sweep publishes it.",
     )
@@ -178,7 +178,7 @@ class Settings(BaseSettings):
         description="How long a job runs before its message is acknowledged (its task "
         "claimed), so no broker timeout redelivers it; unset: half the lease.",
     )
-    redispatch_after: Duration | None = Field(
+    republish_after: Duration | None = Field(
         timedelta(hours=1),
         description="Publish again a task published this long ago and never claimed; unset: never.",
     )
@@ -201,7 +201,7 @@ class Settings(BaseSettings):
     schedule_ahead: Duration | None = Field(
         None,
         description="How long before a scheduled task's start its message is published, "
-        "with a countdown; longer than the dispatch interval, shorter than the lease minus "
+        "with a countdown; longer than the sweep interval, shorter than the lease minus "
         "ack_after; unset: 12 s, or less where the lease leaves less.",
     )
 
@@ -227,7 +227,7 @@ class Settings(BaseSettings):
         1.0, gt=0, description="Seconds before a failed delivery's first retry; then doubled."
     )
     delivery_backoff_max: float = Field(
-        300.0, gt=0, description="The longest wait between two attempts of a delivery, seconds."
+        300.0, gt=0, description="The longest wait between two tries of a delivery, seconds."
     )
     delivery_max_age: Duration = Field(
         timedelta(hours=24),
@@ -375,11 +375,11 @@ class Settings(BaseSettings):
     def make_queue(
         self, app: Celery, store: TaskStore | None = None, *, beat: bool = True
     ) -> TaskQueue:
-        """A :class:`TaskQueue` on ``app`` with these settings' lease, retries and dispatch.
+        """A :class:`TaskQueue` on ``app`` with these settings' lease, retries and publishing.
 
         Args:
             store: the store to use; by default :meth:`make_store`.
-            beat: also install the janitor, reaper and dispatcher beat schedule.
+            beat: also install the janitor, reaper and sweep beat schedule.
         """
         queue = TaskQueue(
             store if store is not None else self.make_store(),
@@ -387,10 +387,10 @@ class Settings(BaseSettings):
             lease=self.lease,
             heartbeat_interval=self.heartbeat_interval,
             report_interval=self.report_interval,
-            max_attempts=self.max_attempts,
+            max_lost_runs=self.max_lost_runs,
             terminate_on_cancel=self.terminate_on_cancel,
-            dispatch_grace=self.dispatch_grace,
-            redispatch_after=self.redispatch_after,
+            publish_grace=self.publish_grace,
+            republish_after=self.republish_after,
             ack_after=self.ack_after,
             schedule_ahead=self.schedule_ahead,
             priorities=self.priorities,
@@ -402,7 +402,7 @@ class Settings(BaseSettings):
                 janitor_interval=self.janitor_interval,
                 janitor_batch_size=self.janitor_batch_size,
                 reaper_interval=self.reaper_interval,
-                dispatch_interval=self.dispatch_interval,
+                sweep_interval=self.sweep_interval,
             )
         return queue
 

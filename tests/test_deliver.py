@@ -102,8 +102,8 @@ def finished_task(store: InMemoryTaskStore, url: str, events: str = "terminal") 
 
 def test_backoff_doubles_up_to_its_ceiling_with_jitter() -> None:
     policy = DeliveryPolicy(backoff=1.0, backoff_max=8.0)
-    for attempts, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (10, 8.0)]:
-        delays = [policy.delay(attempts) for _ in range(200)]
+    for tries, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (10, 8.0)]:
+        delays = [policy.delay(tries) for _ in range(200)]
         assert all(ceiling / 2 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1  # jittered
 
@@ -125,7 +125,7 @@ def test_a_failure_is_retried_until_the_maximum_age_then_dead() -> None:
             "url": "u",
             "status": "completed",
             "version": 2,
-            "attempts": 1,
+            "tries": 1,
             "created_at": now,
         }
     )
@@ -176,7 +176,7 @@ def test_a_5xx_is_retried_with_the_same_id_and_a_410_is_dead(store: InMemoryTask
         ] * 2
         assert "webhook-signature" not in flaky.requests[0][0]  # no secret: unsigned
         assert store.deliveries(retried)[0].state is DeliveryState.DELIVERED
-        assert store.deliveries(retried)[0].attempts == 2
+        assert store.deliveries(retried)[0].tries == 2
         assert (store.deliveries(dead)[0].state, store.deliveries(dead)[0].last_error) == (
             DeliveryState.DEAD,
             "HTTP 410",

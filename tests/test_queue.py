@@ -26,7 +26,7 @@ from queuestore import (
     TaskQueue,
     TaskStatus,
 )
-from queuestore.beat.schedule import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SWEEP_TASK
 
 
 @pytest.fixture
@@ -52,8 +52,8 @@ def test_the_defaults_are_the_documented_ones(app: Celery) -> None:
         timedelta(seconds=1),
         timedelta(milliseconds=200),
     )
-    assert (queue.max_attempts, queue.terminate_on_cancel) == (3, True)
-    assert (queue.dispatch_grace, queue.redispatch_after) == (
+    assert (queue.max_lost_runs, queue.terminate_on_cancel) == (3, True)
+    assert (queue.publish_grace, queue.republish_after) == (
         timedelta(seconds=10),
         timedelta(hours=1),
     )
@@ -149,20 +149,20 @@ def test_result_says_which_task_timed_out(queue: TaskQueue) -> None:
         queue.result(task.id, timeout=0.01)
 
 
-def test_the_sweep_waits_out_the_grace_and_republishes_after_redispatch_after(
+def test_the_sweep_waits_out_the_grace_and_republishes_after_republish_after(
     queue: TaskQueue, published: Published
 ) -> None:
     published.broker_down = True
     task = queue.submit("test.job")
     published.broker_down = False
-    queue.redispatch_after = None
+    queue.republish_after = None
 
-    assert queue.sweep() == 0  # still within dispatch_grace: submit may be publishing
-    queue.dispatch_grace = timedelta(0)
+    assert queue.sweep() == 0  # still within publish_grace: submit may be publishing
+    queue.publish_grace = timedelta(0)
     assert eventually(queue.sweep) == 1
-    assert queue.sweep() == 0  # published, and redispatch is off
+    assert queue.sweep() == 0  # published, and republish is off
 
-    queue.redispatch_after = timedelta(0)
+    queue.republish_after = timedelta(0)
     assert eventually(queue.sweep) == 1
     assert [m["task_id"] for m in published.messages] == [task.id, task.id]
 
@@ -172,7 +172,7 @@ def test_the_sweep_publishes_at_most_limit_tasks(queue: TaskQueue, published: Pu
     for _ in range(3):
         queue.submit("test.job")
     published.broker_down = False
-    queue.dispatch_grace = timedelta(0)
+    queue.publish_grace = timedelta(0)
 
     assert eventually(lambda: queue.sweep(limit=2)) == 2
     assert queue.sweep() == 1
@@ -181,7 +181,7 @@ def test_the_sweep_publishes_at_most_limit_tasks(queue: TaskQueue, published: Pu
 def test_a_first_lost_run_is_retried_at_once_then_retries_back_off_up_to_a_minute(
     queue: TaskQueue, published: Published
 ) -> None:
-    queue.max_attempts = 10
+    queue.max_lost_runs = 10
     task = queue.submit("test.job")
     countdowns = []
     for run in range(1, 8):
@@ -199,7 +199,7 @@ def test_install_beat_schedule_keeps_the_apps_own_entries(app: Celery, queue: Ta
     queue.install_beat_schedule()
 
     assert app.conf.beat_schedule["mine"] == mine
-    assert {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK} < set(app.conf.beat_schedule)
+    assert {JANITOR_TASK, REAPER_TASK, SWEEP_TASK} < set(app.conf.beat_schedule)
 
 
 def test_the_beat_tasks_report_what_they_did(
@@ -208,11 +208,11 @@ def test_the_beat_tasks_report_what_they_did(
     published.broker_down = True
     queue.submit("test.job")
     published.broker_down = False
-    queue.dispatch_grace = timedelta(0)
+    queue.publish_grace = timedelta(0)
     lost = queue.submit("test.job")
     queue.store.claim(lost.id, "dead", timedelta(milliseconds=1))
 
-    assert eventually(app.tasks[DISPATCHER_TASK]) == 1
+    assert eventually(app.tasks[SWEEP_TASK]) == 1
     assert eventually(app.tasks[REAPER_TASK]) == 1
 
 
@@ -221,9 +221,9 @@ def test_the_beat_tasks_report_what_they_did(
     [
         (JANITOR_TASK, "cleanup", {"ttl_seconds": 60}),
         (REAPER_TASK, "reap", {}),
-        (DISPATCHER_TASK, "undispatched", {}),
+        (SWEEP_TASK, "unpublished", {}),
     ],
-    ids=["janitor", "reaper", "dispatcher"],
+    ids=["janitor", "reaper", "sweep"],
 )
 def test_a_beat_task_skips_its_beat_while_the_store_is_down(
     app: Celery,
@@ -290,14 +290,14 @@ def test_install_beat_schedule_names_each_task_and_its_interval(
     queue.install_beat_schedule(
         janitor_interval=timedelta(seconds=30),
         reaper_interval=timedelta(seconds=5),
-        dispatch_interval=timedelta(seconds=7),
+        sweep_interval=timedelta(seconds=7),
     )
 
     entries = app.conf.beat_schedule
     assert [(entries[name]["task"], entries[name]["schedule"]) for name in entries] == [
         (JANITOR_TASK, timedelta(seconds=30)),
         (REAPER_TASK, timedelta(seconds=5)),
-        (DISPATCHER_TASK, timedelta(seconds=7)),
+        (SWEEP_TASK, timedelta(seconds=7)),
     ]
 
 
@@ -306,7 +306,7 @@ def test_the_sweep_publishes_500_tasks_by_default(queue: TaskQueue, published: P
     for _ in range(501):
         queue.submit("test.job")
     published.broker_down = False
-    queue.dispatch_grace = timedelta(0)
+    queue.publish_grace = timedelta(0)
 
     assert eventually(queue.sweep) == 500
     assert queue.sweep() == 1
@@ -316,7 +316,7 @@ def test_the_beat_tasks_ignore_results_and_belong_to_this_app(
     app: Celery, queue: TaskQueue
 ) -> None:
     other = Celery("other", broker="memory://", set_as_current=False)
-    for name in (JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK):
+    for name in (JANITOR_TASK, REAPER_TASK, SWEEP_TASK):
         assert app.tasks[name].ignore_result is True
         assert name not in other.tasks
 

@@ -164,7 +164,7 @@ class ReadThenApply:
                     metadata=metadata,
                     task_id=task.id,
                 )
-            row = self.store.create(  # run by the agent in the server: never dispatched
+            row = self.store.create(  # run by the agent in the server: never published
                 SDK_TASK,
                 owner=owner,
                 context_id=context_id,

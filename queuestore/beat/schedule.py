@@ -15,8 +15,8 @@ JANITOR_TASK: Final = "queuestore.beat.janitor"
 REAPER_TASK: Final = "queuestore.reaper"
 """Retries or fails the runs whose lease stopped being renewed."""
 
-DISPATCHER_TASK: Final = "queuestore.dispatcher"
+SWEEP_TASK: Final = "queuestore.sweep"
 """Publishes the jobs of submitted tasks whose publish did not happen."""
 
-MAINTENANCE_TASKS: Final = frozenset({JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK})
+MAINTENANCE_TASKS: Final = frozenset({JANITOR_TASK, REAPER_TASK, SWEEP_TASK})
 """Every maintenance task's name."""

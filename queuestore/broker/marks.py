@@ -1,4 +1,4 @@
-"""The outbox's dispatch marks, written in batches off the caller's path."""
+"""The outbox's publish marks, written in batches off the caller's path."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class _Mark(NamedTuple):
     version: int
 
 
-class DispatchMarks:
-    """Dispatch marks of published tasks, written late and in batches by a background thread.
+class PublishMarks:
+    """Publish marks of published tasks, written late and in batches by a background thread.
 
     With them ``submit`` costs one statement, the insert. A mark is written
     ``delay`` seconds after the publication, and only while the task is still
@@ -34,8 +34,8 @@ class DispatchMarks:
     version and every index an entry. The marks that are due are written every
     ``interval``, at once when ``batch_size`` are due, and all of them at
     interpreter exit and on :meth:`flush`. A mark that is never written (the
-    process was killed) only means the dispatcher sweep publishes the task once
-    more after ``dispatch_grace``, which must be longer than ``delay``; the
+    process was killed) only means the sweep publishes the task once
+    more after ``publish_grace``, which must be longer than ``delay``; the
     worker's claim drops the second message.
     """
 
@@ -59,7 +59,7 @@ class DispatchMarks:
         _ALL_MARKS.add(self)
 
     def add(self, task: Task) -> None:
-        """Mark ``task`` as dispatched after ``delay``, unless it moved on by then."""
+        """Mark ``task`` as published after ``delay``, unless it moved on by then."""
         now = time.monotonic()
         with self._lock:
             if self._pid != os.getpid():
@@ -68,7 +68,7 @@ class DispatchMarks:
             self._pending.append(_Mark(now + self.delay, task.id, task.version))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
-                    target=self._loop, name="queuestore-dispatch-marks", daemon=True
+                    target=self._loop, name="queuestore-publish-marks", daemon=True
                 )
                 self._thread.start()
             # Marks are queued in the order they fall due: a full batch is due
@@ -97,9 +97,9 @@ class DispatchMarks:
         if not marks:
             return
         try:
-            self.store.mark_dispatched_many([(mark.task_id, mark.version) for mark in marks])
+            self.store.mark_published_many([(mark.task_id, mark.version) for mark in marks])
         except StoreUnavailable as exc:
-            log.warning("%d dispatch marks wait for the database: %s", len(marks), exc)
+            log.warning("%d publish marks wait for the database: %s", len(marks), exc)
             with self._lock:
                 self._pending.extendleft(reversed(marks[:_KEPT_IN_OUTAGE]))
 
@@ -111,7 +111,7 @@ class DispatchMarks:
             try:
                 self._write(self._take(due_by=time.monotonic()))
             except Exception:  # the thread must outlive any one failure
-                log.exception("dispatch marks not written; the sweep republishes those tasks")
+                log.exception("publish marks not written; the sweep republishes those tasks")
             with self._lock:
                 idle = 0 if self._pending else idle + 1
                 if idle >= _IDLE_TICKS and self._thread is threading.current_thread():
@@ -124,7 +124,7 @@ _KEPT_IN_OUTAGE = 10_000
 _IDLE_TICKS = 20
 """Empty rounds after which the marks thread ends; the next mark starts another."""
 
-_ALL_MARKS: weakref.WeakSet[DispatchMarks] = weakref.WeakSet()
+_ALL_MARKS: weakref.WeakSet[PublishMarks] = weakref.WeakSet()
 
 
 @atexit.register
@@ -133,4 +133,4 @@ def _flush_marks_at_exit() -> None:
         try:
             marks.flush()
         except Exception as exc:  # exiting: the sweep republishes what is not marked
-            log.warning("dispatch marks not written at exit: %s", exc)
+            log.warning("publish marks not written at exit: %s", exc)

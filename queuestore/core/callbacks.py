@@ -88,7 +88,7 @@ class Delivery(_Record):
     ``task`` is the task as the change left it (without its input and answers),
     captured in the transaction that made the change: what the receiver is
     told, however long the delivery takes. ``event_id`` is the same on every
-    attempt (the ``webhook-id``), so a receiver de-duplicates by it.
+    try (the ``webhook-id``), so a receiver de-duplicates by it.
     """
 
     id: int
@@ -99,11 +99,11 @@ class Delivery(_Record):
     status: TaskStatus
     version: int
     state: DeliveryState = DeliveryState.PENDING
-    attempts: int = 0
+    tries: int = 0
     created_at: AwareDatetime
     """When the change was committed."""
-    next_attempt_at: AwareDatetime | None = None
-    """When it is tried next (pending); while an attempt runs, when it may be taken again."""
+    next_try_at: AwareDatetime | None = None
+    """When it is tried next (pending); while a try runs, when it may be taken again."""
     delivered_at: AwareDatetime | None = None
     last_error: str | None = None
     response_status: int | None = None
@@ -139,7 +139,7 @@ def snapshot(task: Task) -> Task:
 
 
 def event_id(callback_key: str, version: int) -> str:
-    """The id every attempt of one delivery carries: its callback's key and the task's version."""
+    """The id every try of one delivery carries: its callback's key and the task's version."""
     return f"msg_{callback_key}_{version}"
 
 

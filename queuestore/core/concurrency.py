@@ -5,7 +5,7 @@ tenant that submits a thousand tasks from holding every worker: a run is
 claimed only while fewer than four of its owner's tasks are running, so the
 others' tasks find free workers. A task refused at its limit waits in the
 store, unclaimed and with no message in the broker, until a run of its owner
-(or of its job) ends and hands its slot on; the dispatcher sweep is the
+(or of its job) ends and hands its slot on; the sweep is the
 backstop. The store decides each claim atomically, so the limit holds across
 any number of workers.
 

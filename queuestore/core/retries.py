@@ -1,14 +1,14 @@
 """A job's own retry policy: which errors run it again, how many runs, and the wait between.
 
-``@job(app, retry=Retry(on=(TimeoutError,), attempts=5))`` makes a run whose
+``@job(app, retry=Retry(on=(TimeoutError,), max_runs=5))`` makes a run whose
 job raises one of ``on`` end as a retry instead of a failure: the task stays
 live (``working``, unclaimed), the error is kept in ``Task.errors``, and the
 next run starts after the backoff, published as a scheduled start is
-(``Task.run_at``). A cancel while it waits ends it. After ``attempts`` runs the
+(``Task.run_at``). A cancel while it waits ends it. After ``max_runs`` runs the
 last error fails the task as any error does.
 
 These are not the reaper's retries, which run again a job whose worker died
-(a lost lease, counted against ``TaskQueue.max_attempts``): a job's retries
+(a lost lease, counted against ``TaskQueue.max_lost_runs``): a job's retries
 answer errors its code raised, and only those its policy names.
 """
 
@@ -24,7 +24,7 @@ _ZERO: Final = timedelta(0)
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Run a job again when it raises one of ``on``, up to ``attempts`` runs in all.
+    """Run a job again when it raises one of ``on``, up to ``max_runs`` runs in all.
 
     The wait before the n-th retry is ``backoff * factor ** (n - 1)``, at most
     ``max_backoff``; with ``jitter`` it is drawn uniformly from its upper half
@@ -33,7 +33,7 @@ class Retry:
 
     Args:
         on: the exception classes that retry; any other error fails the task.
-        attempts: runs in all, the first included (1: never retry).
+        max_runs: runs in all, the first included (1: never retry).
         backoff: the wait before the first retry.
         factor: how much each wait grows over the one before (1: constant).
         max_backoff: the longest wait.
@@ -45,7 +45,7 @@ class Retry:
     """
 
     on: tuple[type[BaseException], ...]
-    attempts: int = 3
+    max_runs: int = 3
     backoff: timedelta = timedelta(seconds=1)
     factor: float = 2.0
     max_backoff: timedelta = timedelta(minutes=10)
@@ -59,11 +59,11 @@ class Retry:
             raise TypeError("on must name one or more exception classes")
         object.__setattr__(self, "on", on)
         if (
-            isinstance(self.attempts, bool)
-            or not isinstance(self.attempts, int)
-            or self.attempts < 1
+            isinstance(self.max_runs, bool)
+            or not isinstance(self.max_runs, int)
+            or self.max_runs < 1
         ):
-            raise ValueError("attempts must be a positive integer")
+            raise ValueError("max_runs must be a positive integer")
         if not _ZERO <= self.backoff <= self.max_backoff:
             raise ValueError("backoff must be zero or more, and no longer than max_backoff")
         if not self.factor >= 1:
@@ -71,7 +71,7 @@ class Retry:
 
     def retries(self, error: BaseException, runs: int) -> bool:
         """Whether a run that raised ``error``, the ``runs``-th of its task, runs again."""
-        return runs < self.attempts and isinstance(error, self.on)
+        return runs < self.max_runs and isinstance(error, self.on)
 
     def wait(self, retry: int) -> timedelta:
         """The wait before the ``retry``-th retry (1: the first)."""

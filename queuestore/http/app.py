@@ -183,7 +183,7 @@ def _metrics_of(queue: TaskQueue) -> ASGIApp | None:
         return None
     from queuestore.metrics.prometheus import metrics_app
 
-    return metrics_app(queue.store, backlog_after=queue.dispatch_grace)
+    return metrics_app(queue.store, backlog_after=queue.publish_grace)
 
 
 class _MetricsEndpoint:

@@ -317,8 +317,7 @@ class DeliveryView(BaseModel):
 
     id: int = Field(description="The delivery's id, for redeliver.")
     event_id: str = Field(
-        description="The same on every attempt (the webhook-id header): receivers "
-        "de-duplicate by it."
+        description="The same on every try (the webhook-id header): receivers de-duplicate by it."
     )
     task_id: str
     callback_id: str = Field(
@@ -331,14 +330,14 @@ class DeliveryView(BaseModel):
         description="pending: still to be sent; delivered; dead: refused for good, or "
         "still failing at its maximum age."
     )
-    attempts: int = Field(description="The attempts made so far.")
+    tries: int = Field(description="The tries made so far.")
     created_at: datetime = Field(description="When the change was committed.")
-    next_attempt_at: datetime | None = Field(
-        description="When it is tried next (pending; while an attempt runs, when it may be "
+    next_try_at: datetime | None = Field(
+        description="When it is tried next (pending; while a try runs, when it may be "
         "taken again); null once delivered or dead."
     )
     delivered_at: datetime | None
-    last_error: str | None = Field(description="Why the last attempt failed.")
+    last_error: str | None = Field(description="Why the last try failed.")
     response_status: int | None = Field(description="The receiver's last HTTP status.")
 
     @classmethod

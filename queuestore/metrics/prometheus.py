@@ -3,16 +3,16 @@
 Two kinds of numbers:
 
 - **the store's state, read at scrape**: ``queuestore_tasks{status}`` (one
-  ``GROUP BY`` over every owner's tasks) and ``queuestore_outbox_backlog``
+  ``GROUP BY`` over every owner's tasks) and ``queuestore_unpublished_tasks``
   (live tasks never published) and ``queuestore_deliveries_in_store{state}``
   (callback deliveries pending, delivered, dead), by :class:`StoreCollector`. Any process that
   can reach the database reports the same values; alert on them from one.
 - **what this process did**, counted as its store writes (a
   :class:`~queuestore.store.observer.StoreObserver`): status transitions by
-  job and new status, dispatch lag (submit to the first claim, on the
+  job and new status, start delay (submit to the first claim, on the
   database's clock), janitor removals, reaper retries and failures; the
   duration of each job run, from Celery's ``task_prerun``/``task_postrun``;
-  and a deliverer's callback attempts by outcome, and their delay.
+  and a deliverer's callback tries by outcome, and their delay.
   Sum them across processes (``sum by (job, status)``).
 
 Workers serve them on ``Settings.metrics_port`` (see :func:`serve_worker_metrics`);
@@ -70,8 +70,8 @@ JOB_DURATION = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
     registry=None,
 )
-DISPATCH_LAG = Histogram(
-    "queuestore_dispatch_lag_seconds",
+START_DELAY = Histogram(
+    "queuestore_start_delay_seconds",
     "Submit (or a scheduled start) to first claim, on the database's clock, by job.",
     ["job"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
@@ -104,7 +104,7 @@ REAPER_FAILURES = Counter(
 )
 DELIVERIES = Counter(
     "queuestore_deliveries",
-    "Callback attempts settled by this process, by outcome: delivered, retried or failed (dead).",
+    "Callback tries settled by this process, by outcome: delivered, retried or failed (dead).",
     ["outcome"],
     registry=None,
 )
@@ -117,7 +117,7 @@ DELIVERY_DELAY = Histogram(
 PROCESS_METRICS: Final = (
     TRANSITIONS,
     JOB_DURATION,
-    DISPATCH_LAG,
+    START_DELAY,
     JANITOR_REMOVED,
     REAPER_RETRIES,
     REAPER_FAILURES,
@@ -140,7 +140,7 @@ class MetricsObserver(StoreObserver):
         if claimed and task.attempt == 1 and task.started_at is not None:
             due = task.created_at if task.run_at is None else max(task.created_at, task.run_at)
             lag = (task.started_at - due).total_seconds()
-            DISPATCH_LAG.labels(task.name).observe(max(lag, 0.0))
+            START_DELAY.labels(task.name).observe(max(lag, 0.0))
 
     def reaped(self, task: Task) -> None:
         (REAPER_FAILURES if task.status in TERMINAL else REAPER_RETRIES).inc()
@@ -182,7 +182,7 @@ class StoreCollector(Collector):
     """Reads the tasks per status and the outbox backlog from the store at each scrape.
 
     The backlog counts tasks never published and last written ``backlog_after``
-    (the queue's ``dispatch_grace``) ago or earlier: what the dispatcher sweep
+    (the queue's ``publish_grace``) ago or earlier: what the sweep
     would publish. Younger ones may be published already, their mark not yet written.
 
     Two aggregate queries per scrape, over every owner's tasks. When the
@@ -197,7 +197,7 @@ class StoreCollector(Collector):
         up = GaugeMetricFamily("queuestore_store_up", "Whether the task store answered.")
         try:
             counts = self.store.status_counts()
-            backlog = self.store.outbox_backlog(self.backlog_after)
+            backlog = self.store.unpublished_count(self.backlog_after)
             deliveries = self.store.delivery_counts()
         except StoreUnavailable as exc:
             log.warning("metrics: store unavailable: %s", exc)
@@ -213,8 +213,8 @@ class StoreCollector(Collector):
             tasks.add_metric([status.value], count)
         yield tasks
         yield GaugeMetricFamily(
-            "queuestore_outbox_backlog",
-            "Live tasks never published, older than dispatch_grace (the dispatcher sweep's work).",
+            "queuestore_unpublished_tasks",
+            "Live tasks never published, older than publish_grace (the sweep's work).",
             value=backlog,
         )
         states = GaugeMetricFamily(
@@ -232,7 +232,7 @@ def make_registry(
 ) -> CollectorRegistry:
     """A registry of the store's state and this process's (or its children's) counts.
 
-    ``backlog_after``: the queue's ``dispatch_grace`` (see :class:`StoreCollector`).
+    ``backlog_after``: the queue's ``publish_grace`` (see :class:`StoreCollector`).
     """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(StoreCollector(store, backlog_after=backlog_after))
@@ -247,7 +247,7 @@ def make_registry(
 def metrics_app(store: TaskStore, *, backlog_after: timedelta = timedelta(0)) -> Callable[..., Any]:
     """An ASGI app that serves the metrics of ``store`` (mount it at ``/metrics``).
 
-    ``backlog_after``: the queue's ``dispatch_grace`` (see :class:`StoreCollector`).
+    ``backlog_after``: the queue's ``publish_grace`` (see :class:`StoreCollector`).
     """
     return make_asgi_app(make_registry(instrument(store), backlog_after=backlog_after))
 
@@ -283,7 +283,7 @@ def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:
             folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob("*.db"):  # counts of an earlier run of this worker
                 stale.unlink()
-        registry = make_registry(store, backlog_after=queue.dispatch_grace)
+        registry = make_registry(store, backlog_after=queue.publish_grace)
         server, _thread = start_http_server(port, host, registry=registry)
         log.info("metrics on http://%s:%d/metrics", host, server.server_port)
 

@@ -140,7 +140,7 @@ def worker(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
 
 @app.command(context_settings=_CELERY_OPTIONS)
 def beat(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
-    """Start Celery beat: the janitor, reaper and dispatcher sweep. Run exactly one.
+    """Start Celery beat: the janitor, reaper and sweep. Run exactly one.
 
     Other options go to `celery beat`, e.g. `--schedule /var/lib/queuestore/schedule`.
     """
@@ -282,16 +282,14 @@ def tasks_deliveries(
     if not deliveries:
         console.print("no delivery: the task has no callback, or no change it wants yet")
         return
-    table = Table(
-        "id", "status", "state", "attempts", "changed", "delivered / next", "error", "url"
-    )
+    table = Table("id", "status", "state", "tries", "changed", "delivered / next", "error", "url")
     for delivery in deliveries:
-        when = delivery.delivered_at or delivery.next_attempt_at
+        when = delivery.delivered_at or delivery.next_try_at
         table.add_row(
             str(delivery.id),
             delivery.status.value,
             delivery.state.value,
-            str(delivery.attempts),
+            str(delivery.tries),
             delivery.created_at.isoformat(timespec="seconds"),
             "-" if when is None else when.isoformat(timespec="seconds"),
             delivery.last_error or "-",

@@ -67,7 +67,7 @@ class DeliveryPolicy:
         max_response_bytes: how much of a receiver's answer is read.
         backoff: seconds before the first retry; each retry waits twice the
             last, up to ``backoff_max``, less up to half of it at random (jitter).
-        backoff_max: the longest wait between two attempts, in seconds.
+        backoff_max: the longest wait between two tries, in seconds.
         max_age: a delivery still failing this long after its change is dead.
         lease: how long a taken delivery is its deliverer's; longer than
             ``timeout``. One that dies mid-call leaves it to others after this.
@@ -86,16 +86,16 @@ class DeliveryPolicy:
         if self.lease.total_seconds() <= self.timeout:
             raise ValueError("the lease must be longer than the timeout")
 
-    def delay(self, attempts: int) -> float:
-        """Seconds before the attempt after ``attempts`` failed ones, jittered."""
-        ceiling = min(self.backoff_max, self.backoff * 2.0 ** max(attempts - 1, 0))
+    def delay(self, tries: int) -> float:
+        """Seconds before the try after ``tries`` failed ones, jittered."""
+        ceiling = min(self.backoff_max, self.backoff * 2.0 ** max(tries - 1, 0))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def settle(self, delivery: Delivery, failure: CallFailed, now: datetime) -> Settlement:
-        """What a failed attempt leads to: a retry, or death."""
+        """What a failed try leads to: a retry, or death."""
         if not failure.retryable:
             return Settlement.dead(failure.reason, failure.status)
-        retry_at = now + timedelta(seconds=self.delay(delivery.attempts))
+        retry_at = now + timedelta(seconds=self.delay(delivery.tries))
         if retry_at - delivery.created_at > self.max_age:
             return Settlement.dead(f"{failure.reason} (gave up at max age)", failure.status)
         return Settlement.retry(retry_at, failure.reason, failure.status)
@@ -108,7 +108,7 @@ class DeliveryObserver(Protocol):
         """A delivery was taken by its receiver ``delay`` seconds after its change."""
 
     def retried(self, delivery: Delivery, error: str) -> None:
-        """An attempt failed and the delivery will be tried again."""
+        """A try failed and the delivery will be tried again."""
 
     def failed(self, delivery: Delivery, error: str) -> None:
         """A delivery is dead."""
@@ -205,13 +205,13 @@ class Deliverer:
             taken = []
         for _ in range(free - len(taken)):
             self._free.release()
-        return [pool.submit(self._attempt, outgoing) for outgoing in taken]
+        return [pool.submit(self._try, outgoing) for outgoing in taken]
 
-    def _attempt(self, outgoing: Outgoing) -> None:
+    def _try(self, outgoing: Outgoing) -> None:
         try:
             self._send(outgoing)
         except Exception:  # a bug must not stop the deliverer; the lease retries it
-            log.exception("deliveries: attempt of %s failed", outgoing.delivery.event_id)
+            log.exception("deliveries: try of %s failed", outgoing.delivery.event_id)
         finally:
             self._free.release()
             self._wake.set()

@@ -57,7 +57,7 @@ def fail_unknown_job(sender: Any = None, name: str = "", id: str = "", **_: Any)
     """Fail the task of a message for a job this worker does not know.
 
     Celery discards such a message ("unregistered task"), so the task would
-    wait, ``submitted``, until the sweep's ``redispatch_after``: it fails now,
+    wait, ``submitted``, until the sweep's ``republish_after``: it fails now,
     with an ``UnknownJob`` error that names the job and the worker.
     """
     app = getattr(sender, "app", None)

@@ -186,7 +186,7 @@ def _after_refusal(settings: RunSettings, task_id: str) -> None:
     A task refused at its concurrency limit waits in the store without a
     message until a slot is free (a run that ends hands it on). A message
     comes early when its publisher's clock runs ahead of the store's, or when
-    something published it without the countdown ``TaskQueue.dispatch``
+    something published it without the countdown ``TaskQueue.try_publish``
     gives: it is published again for its start. Any other refusal (a duplicate
     message, a cancelled, parked or deleted task) drops the message.
     """
@@ -216,7 +216,7 @@ def _after_refusal(settings: RunSettings, task_id: str) -> None:
     # ahead of it: wait at least a moment, not a busy loop.
     wait = max((task.run_at - datetime.now(UTC)).total_seconds(), _EARLY_AGAIN)
     log.info("task %s: its message came before its start; published again in %.3fs", task_id, wait)
-    settings.dispatch(task, countdown=wait)
+    settings.try_publish(task, countdown=wait)
 
 
 def _at_limit(settings: RunSettings, task: Task) -> bool:
@@ -226,7 +226,7 @@ def _at_limit(settings: RunSettings, task: Task) -> bool:
 
 def _hand_off(settings: RunSettings, ended: Task) -> None:
     """Publish the tasks waiting for the slot ``ended`` held; in a store outage the
-    dispatcher sweep does it later."""
+    sweep does it later."""
     try:
         settings.hand_off(ended)
     except StoreUnavailable as exc:
@@ -292,7 +292,7 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
 
     The next run is published with a countdown when it starts within the
     queue's ``schedule_ahead``, as ``submit`` publishes a scheduled task;
-    otherwise (or with the broker down) the dispatcher sweep publishes it.
+    otherwise (or with the broker down) the sweep publishes it.
     """
     wait = policy.wait(len(run.task.errors) + 1)
     error: TaskError = outcome.values["error"]
@@ -317,12 +317,12 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
         run.task_id,
         error.type,
         len(task.errors),
-        policy.attempts - 1,
+        policy.max_runs - 1,
         wait.total_seconds(),
         extra={"task_id": run.task_id, "job": task.name},
     )
     if wait <= run.settings.schedule_ahead:
-        run.settings.dispatch(task)
+        run.settings.try_publish(task)
     return task
 
 

@@ -36,7 +36,7 @@ class RunSettings(Protocol):
     schedule_ahead: timedelta
     limits: ConcurrencyLimits
 
-    def dispatch(self, task: Task, *, countdown: float | None = None) -> bool:
+    def try_publish(self, task: Task, *, countdown: float | None = None) -> bool:
         """Publish the message of the task's next run (a job's retry); False if it could not."""
         ...
 

@@ -75,7 +75,7 @@ class NewTask:
     ttl: timedelta | None
     metadata: dict[str, JsonValue]
     job: bool
-    """A Celery job runs it (the dispatcher publishes it); False for a record."""
+    """A Celery job runs it (the sweep publishes it); False for a record."""
     run_at: datetime | None = None
     """When the job may start; None: at once."""
     unique_key: str | None = None
@@ -113,8 +113,8 @@ def due_at(task: Task) -> datetime:
     return task.run_at
 
 
-def dispatch_order(task: Task) -> tuple[int, datetime]:
-    """The order of the dispatcher's work: the most urgent first, then the longest due."""
+def publish_order(task: Task) -> tuple[int, datetime]:
+    """The order of the sweep's work: the most urgent first, then the longest due."""
     return -task.priority, due_at(task)
 
 
@@ -132,7 +132,7 @@ class Write:
         values: new column values keyed by ``Task`` field name.
         claim: ``(worker_id, lease)`` to take the task: sets the worker, the lease
             expiry (clock + lease) and adds one to ``attempt``.
-        release: clears the worker, the lease and ``dispatched_at``.
+        release: clears the worker, the lease and ``published_at``.
         mark_started: sets ``started_at`` to the clock unless already set.
         mark_finished: sets ``finished_at`` to the clock and ``expires_at`` to
             ``finished_at + ttl`` when the task has a ttl.
@@ -290,7 +290,7 @@ class StoreCore(ABC):
         """Working tasks whose lease ran out before ``now`` (the backend's clock if None)."""
 
     @abstractmethod
-    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+    def _mark_published(self, marks: Sequence[tuple[str, int | None]]) -> None:
         """Record that messages were published: ``(task_id, version)`` pairs.
 
         A pair with a version marks the task only while it is at that version.
@@ -310,10 +310,10 @@ class StoreCore(ABC):
         """How many tasks a worker holds, by ``(owner, name)`` (pairs without any left out)."""
 
     @abstractmethod
-    def _undispatched(
+    def _unpublished(
         self,
         older_than: timedelta,
-        redispatch_after: timedelta | None,
+        republish_after: timedelta | None,
         ahead: timedelta,
         limit: int,
         among: SweepFilter | None = None,
@@ -324,7 +324,7 @@ class StoreCore(ABC):
         scheduled (``run_at``), never published, starting within ``ahead``, and
         either written before ``older_than`` ago or scheduled further than
         ``ahead`` past its last write (so ``submit`` did not publish it); or
-        published more than ``redispatch_after`` ago and still not claimed.
+        published more than ``republish_after`` ago and still not claimed.
         Only those ``among`` admits, when given.
         """
 
@@ -333,7 +333,7 @@ class StoreCore(ABC):
         """How many tasks are in each status (statuses without tasks may be left out)."""
 
     @abstractmethod
-    def _count_undispatched(self, older_than: timedelta) -> int:
+    def _count_unpublished(self, older_than: timedelta) -> int:
         """How many unclaimed submitted or working jobs were never published, though
         last written (or, scheduled, due to start) ``older_than`` ago or earlier."""
 

@@ -96,20 +96,20 @@ class TaskStore(WorkerProtocol, CallbackProtocol):
 
         ``job`` says what runs it. True (the default): a Celery job, which
         :meth:`TaskQueue.submit <queuestore.TaskQueue.submit>` publishes; until a
-        mark records that its message went out, the dispatcher sweep publishes
+        mark records that its message went out, the sweep publishes
         it, and the outbox backlog counts it. False: a record that something
         else runs (an A2A agent in its server process); the sweep never
         publishes it and the backlog never counts it.
 
         ``run_at`` is when a job may start (``Task.run_at``): the sweep publishes
-        it as that time comes near (see :meth:`undispatched`), not before.
+        it as that time comes near (see :meth:`unpublished`), not before.
 
         ``unique_key``: while a live task of the same owner (the unowned share
         one space) holds this key, that task is returned and nothing is
         written; once it ends, the key is free. The caller tells the two apart
         by id (pass ``task_id`` to know it), as ``TaskQueue.submit`` does.
 
-        ``priority``, from 0 (the default) to 9: the dispatcher publishes the
+        ``priority``, from 0 (the default) to 9: the sweep publishes the
         most urgent waiting jobs first, and so do the brokers where the queue
         enables priorities (see ``TaskQueue``).
 
@@ -405,7 +405,7 @@ class TaskStore(WorkerProtocol, CallbackProtocol):
         """Answer a task waiting in ``input_required`` (or ``auth_required``).
 
         The answer is appended to ``answers`` and the task goes back to
-        ``working``, unclaimed, for its job to be dispatched again.
+        ``working``, unclaimed, for its job to be published again.
 
         Raises:
             InvalidTransition: the task is not waiting for input.
@@ -476,16 +476,16 @@ class TaskStore(WorkerProtocol, CallbackProtocol):
         counts = self._count_by_status()
         return {status: counts.get(status, 0) for status in TaskStatus}
 
-    def outbox_backlog(self, older_than: timedelta = timedelta(0)) -> int:
+    def unpublished_count(self, older_than: timedelta = timedelta(0)) -> int:
         """How many live tasks last written ``older_than`` ago or earlier were never published.
 
-        With ``older_than`` set to the queue's ``dispatch_grace`` (as the
-        metrics do) these are the dispatcher sweep's work. With less it also
+        With ``older_than`` set to the queue's ``publish_grace`` (as the
+        metrics do) these are the sweep's work. With less it also
         counts tasks published moments ago and not claimed yet: ``submit``
-        records a publication half of ``dispatch_grace`` late, and only for a
+        records a publication half of ``publish_grace`` late, and only for a
         task no worker claimed meanwhile.
         """
-        return self._count_undispatched(check.ttl(older_than) or timedelta(0))
+        return self._count_unpublished(check.ttl(older_than) or timedelta(0))
 
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> Watch:
         """The changes to the tasks ``owner`` may see (only ``task_ids`` when given).

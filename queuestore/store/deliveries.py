@@ -54,7 +54,7 @@ class Outgoing:
 
 @dataclass(frozen=True)
 class Settlement:
-    """How an attempt ended: delivered, to be tried again at ``retry_at``, or dead.
+    """How a try ended: delivered, to be tried again at ``retry_at``, or dead.
 
     Build one with :meth:`delivered`, :meth:`retry` or :meth:`dead`.
     """
@@ -188,7 +188,7 @@ class CallbackProtocol(StoreCore):
     ) -> builtins.list[Outgoing]:
         """Up to ``limit`` due deliveries, each the oldest pending one of its callback.
 
-        Each is taken for ``lease``: its ``attempts`` counts the attempt, and
+        Each is taken for ``lease``: its ``tries`` counts the try, and
         no one else takes it until the lease runs out, so a deliverer that
         dies mid-call leaves it to be sent again (at least once). Concurrent
         deliverers never take the same delivery (``FOR UPDATE SKIP LOCKED``
@@ -198,12 +198,12 @@ class CallbackProtocol(StoreCore):
         return self._take_deliveries(limit, _positive(lease, "lease"))
 
     def settle_delivery(self, delivery: Delivery, settlement: Settlement) -> bool:
-        """Record how the attempt of a taken delivery ended.
+        """Record how the try of a taken delivery ended.
 
-        False if the attempt was no longer the delivery's own (its lease ran
+        False if the try was no longer the delivery's own (its lease ran
         out and another deliverer took it again): nothing is written.
         """
-        return self._settle(delivery.id, delivery.attempts, settlement)
+        return self._settle(delivery.id, delivery.tries, settlement)
 
     def subscribe_deliveries(self) -> AbstractContextManager[Listener]:
         """Hear of committed deliveries while the context is open, to send them at once.
@@ -252,8 +252,8 @@ class CallbackProtocol(StoreCore):
         """Take the due heads of the callbacks' queues (see :meth:`take_deliveries`)."""
 
     @abstractmethod
-    def _settle(self, delivery_id: int, attempts: int, settlement: Settlement) -> bool:
-        """Write the settlement if the delivery is still pending at ``attempts``."""
+    def _settle(self, delivery_id: int, tries: int, settlement: Settlement) -> bool:
+        """Write the settlement if the delivery is still pending at ``tries``."""
 
     @abstractmethod
     def _count_deliveries(self) -> dict[DeliveryState, int]:

@@ -22,7 +22,7 @@ from queuestore.store.backend import (
     NewTask,
     SweepFilter,
     Write,
-    dispatch_order,
+    publish_order,
 )
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement, catch_up
@@ -39,8 +39,8 @@ class InMemoryTaskStore(TaskStore):
         super().__init__(**options)
         self._tasks: dict[str, Task] = {}
         self._expires: dict[str, datetime] = {}
-        self._dispatched: dict[str, datetime] = {}
-        self._records: set[str] = set()  # created with job=False: never dispatched
+        self._published: dict[str, datetime] = {}
+        self._records: set[str] = set()  # created with job=False: never published
         # Reentrant: a claim within limits counts and writes under the one lock.
         self._changed = threading.Condition(threading.RLock())
         self._listeners: list[list[StatusChange]] = []
@@ -110,7 +110,7 @@ class InMemoryTaskStore(TaskStore):
                 update["attempt"] = task.attempt + 1
             if write.release:
                 update |= {"worker_id": None, "lease_expires_at": None}
-                self._dispatched.pop(task_id, None)
+                self._published.pop(task_id, None)
             if write.mark_started and task.started_at is None:
                 update["started_at"] = now
             if write.mark_finished:
@@ -147,7 +147,7 @@ class InMemoryTaskStore(TaskStore):
         for delivery_id in [i for i, (_, d) in self._outbox.items() if d.task_id == task_id]:
             del self._outbox[delivery_id]
         self._expires.pop(task_id, None)
-        self._dispatched.pop(task_id, None)
+        self._published.pop(task_id, None)
         self._records.discard(task_id)
 
     def _delete_expired(self, ttl: timedelta, now: datetime | None, batch_size: int) -> int:
@@ -184,13 +184,13 @@ class InMemoryTaskStore(TaskStore):
                 and task.lease_expires_at < now
             ][:limit]
 
-    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+    def _mark_published(self, marks: Sequence[tuple[str, int | None]]) -> None:
         with self._changed:
             now = self._now()
             for task_id, version in marks:
                 task = self._tasks.get(task_id)
                 if task is not None and version in (None, task.version):
-                    self._dispatched[task_id] = now
+                    self._published[task_id] = now
 
     def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
         with self._changed:  # the count and the claim under one (reentrant) lock
@@ -225,7 +225,7 @@ class InMemoryTaskStore(TaskStore):
                     status=task.status,
                     version=task.version,
                     created_at=task.updated_at,
-                    next_attempt_at=task.updated_at,
+                    next_try_at=task.updated_at,
                     task=snapshot(task),
                 )
                 self._outbox[delivery_id] = (key, delivery)
@@ -292,7 +292,7 @@ class InMemoryTaskStore(TaskStore):
             ):
                 return None
             revived = delivery.model_copy(
-                update={"state": DeliveryState.PENDING, "next_attempt_at": self._now()}
+                update={"state": DeliveryState.PENDING, "next_try_at": self._now()}
             )
             self._outbox[delivery_id] = (key, revived)
             self._changed.notify_all()
@@ -309,9 +309,9 @@ class InMemoryTaskStore(TaskStore):
                 (
                     d
                     for d in heads.values()
-                    if d[1].next_attempt_at is not None and d[1].next_attempt_at <= now
+                    if d[1].next_try_at is not None and d[1].next_try_at <= now
                 ),
-                key=lambda item: (item[1].next_attempt_at, item[0]),
+                key=lambda item: (item[1].next_try_at, item[0]),
             )[:limit]
             taken = []
             for delivery_id, delivery in due:
@@ -321,8 +321,8 @@ class InMemoryTaskStore(TaskStore):
                 )
                 held = delivery.model_copy(
                     update={
-                        "attempts": delivery.attempts + 1,
-                        "next_attempt_at": now + lease,
+                        "tries": delivery.tries + 1,
+                        "next_try_at": now + lease,
                         "url": callback.url,
                     }
                 )
@@ -330,13 +330,13 @@ class InMemoryTaskStore(TaskStore):
                 taken.append(Outgoing(held, callback))
             return taken
 
-    def _settle(self, delivery_id: int, attempts: int, settlement: Settlement) -> bool:
+    def _settle(self, delivery_id: int, tries: int, settlement: Settlement) -> bool:
         with self._changed:
             key, delivery = self._outbox.get(delivery_id, ("", None))
             if (
                 delivery is None
                 or delivery.state is not DeliveryState.PENDING
-                or delivery.attempts != attempts
+                or delivery.tries != tries
             ):
                 return False
             delivered = settlement.state is DeliveryState.DELIVERED
@@ -349,7 +349,7 @@ class InMemoryTaskStore(TaskStore):
                         "state": settlement.state,
                         "response_status": settlement.response_status,
                         "last_error": None if delivered else settlement.error,
-                        "next_attempt_at": settlement.retry_at,
+                        "next_try_at": settlement.retry_at,
                         "delivered_at": self._now() if delivered else None,
                     }
                 ),
@@ -360,10 +360,10 @@ class InMemoryTaskStore(TaskStore):
     def _hold_back(self, key: str, after: int, until: datetime) -> None:
         """Make the callback's pending deliveries after ``after`` due no earlier than ``until``."""
         for delivery_id, (other_key, other) in list(self._outbox.items()):
-            due = other.next_attempt_at
+            due = other.next_try_at
             later = other_key == key and delivery_id > after
             if later and other.state is DeliveryState.PENDING and due is not None and due < until:
-                held = other.model_copy(update={"next_attempt_at": until})
+                held = other.model_copy(update={"next_try_at": until})
                 self._outbox[delivery_id] = (key, held)
 
     def _count_deliveries(self) -> dict[DeliveryState, int]:
@@ -379,10 +379,10 @@ class InMemoryTaskStore(TaskStore):
             )
         return dict(counts)
 
-    def _undispatched(
+    def _unpublished(
         self,
         older_than: timedelta,
-        redispatch_after: timedelta | None,
+        republish_after: timedelta | None,
         ahead: timedelta,
         limit: int,
         among: SweepFilter | None = None,
@@ -390,9 +390,9 @@ class InMemoryTaskStore(TaskStore):
         now = self._now()
 
         def due(task: Task) -> bool:
-            published = self._dispatched.get(task.id)
+            published = self._published.get(task.id)
             if published is not None:
-                return redispatch_after is not None and published <= now - redispatch_after
+                return republish_after is not None and published <= now - republish_after
             if task.run_at is None:
                 return task.updated_at <= now - older_than
             return task.run_at <= now + ahead and (
@@ -409,7 +409,7 @@ class InMemoryTaskStore(TaskStore):
                 and due(task)
                 and (among is None or among.admits(task))
             ]
-        pending.sort(key=dispatch_order)
+        pending.sort(key=publish_order)
         return pending[:limit]
 
     def _count_by_status(self) -> dict[TaskStatus, int]:
@@ -419,7 +419,7 @@ class InMemoryTaskStore(TaskStore):
                 counts[task.status] = counts.get(task.status, 0) + 1
         return counts
 
-    def _count_undispatched(self, older_than: timedelta) -> int:
+    def _count_unpublished(self, older_than: timedelta) -> int:
         before = self._now() - older_than
         with self._changed:
             return sum(
@@ -427,7 +427,7 @@ class InMemoryTaskStore(TaskStore):
                 for task in self._tasks.values()
                 if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
                 and task.worker_id is None
-                and task.id not in self._dispatched
+                and task.id not in self._published
                 and task.id not in self._records
                 and (task.updated_at if task.run_at is None else task.run_at) <= before
             )

@@ -2,7 +2,7 @@
 
 These verbs are part of every :class:`~queuestore.store.base.TaskStore`; they
 live apart from the callers' verbs because only workers, the reaper and the
-dispatcher use them.
+sweep use them.
 """
 
 from __future__ import annotations
@@ -79,10 +79,10 @@ class WorkerProtocol(StoreCore):
     def wait_for_slot(self, task_id: str, *, version: int) -> Task | None:
         """Leave a task whose claim its concurrency limit refused waiting, with no message.
 
-        The task stays unclaimed and live, and its dispatch mark is cleared
+        The task stays unclaimed and live, and its publish mark is cleared
         (a mark still to be written for its message is void: the version
-        moves on), so that a hand-off (:meth:`undispatched` with ``freed_by``)
-        or the dispatcher sweep publishes it when a slot is free. None when the
+        moves on), so that a hand-off (:meth:`unpublished` with ``freed_by``)
+        or the sweep publishes it when a slot is free. None when the
         task moved on from ``version`` (claimed, cancelled, published again).
         """
         write = Write(
@@ -141,26 +141,26 @@ class WorkerProtocol(StoreCore):
             yield stops
 
     def reap(
-        self, now: datetime | None = None, *, max_attempts: int = 3, limit: int = 100
+        self, now: datetime | None = None, *, max_lost_runs: int = 3, limit: int = 100
     ) -> builtins.list[Task]:
-        """Recover tasks whose worker died: retry them, or fail them after ``max_attempts``.
+        """Recover tasks whose worker died: retry them, or fail them after ``max_lost_runs``.
 
         Each write is conditioned on the lease it found expired, so a worker
         that renews it meanwhile keeps its task. A retried task stays
         ``working`` but unclaimed, for its job to be
-        dispatched again; a failed one gets a ``WorkerLost`` error. Only lost
-        runs count against ``max_attempts``: a run that ended in
+        published again; a failed one gets a ``WorkerLost`` error. Only lost
+        runs count against ``max_lost_runs``: a run that ended in
         ``input_required`` was not lost (see :func:`lost_runs`).
         """
         now = None if now is None else check.aware(now, "now")
-        check.positive_int(max_attempts, "max_attempts")
+        check.positive_int(max_lost_runs, "max_lost_runs")
         reaped = []
         for task in self._expired_leases(now, check.limit(limit)):
-            if lost_runs(task) >= max_attempts:
+            if lost_runs(task) >= max_lost_runs:
                 error = TaskError(
                     type="WorkerLost",
                     message=f"worker {task.worker_id} stopped renewing its lease; "
-                    f"{lost_runs(task)} of {max_attempts} runs lost",
+                    f"{lost_runs(task)} of {max_lost_runs} runs lost",
                 )
                 write = replace(
                     self._transition(
@@ -254,7 +254,7 @@ class WorkerProtocol(StoreCore):
         task stays ``working`` but unclaimed (as the reaper leaves a lost
         run's), ``error`` is appended to ``Task.errors`` with the run's
         ``attempt``, and ``run_at`` is when the next run may start (its
-        backoff), for the dispatcher to publish as for a scheduled task. A
+        backoff), for the sweep to publish as for a scheduled task. A
         cancel while it waits ends it as any cancel does.
 
         Args:
@@ -290,7 +290,7 @@ class WorkerProtocol(StoreCore):
             observer.retried(task)
         return task
 
-    def mark_dispatched(self, task_id: str, *, version: int | None = None) -> None:
+    def mark_published(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
 
         Args:
@@ -299,10 +299,10 @@ class WorkerProtocol(StoreCore):
         """
         if version is not None:
             check.positive_int(version, "version")
-        self._mark_dispatched([(check.task_id(task_id), version)])
+        self._mark_published([(check.task_id(task_id), version)])
 
-    def mark_dispatched_many(self, tasks: Iterable[tuple[str, int]]) -> None:
-        """:meth:`mark_dispatched` for many ``(task_id, version)`` pairs, in one write.
+    def mark_published_many(self, tasks: Iterable[tuple[str, int]]) -> None:
+        """:meth:`mark_published` for many ``(task_id, version)`` pairs, in one write.
 
         A task whose version moved on since its message went out (claimed,
         released, cancelled) is left alone.
@@ -312,13 +312,13 @@ class WorkerProtocol(StoreCore):
             for task_id, version in tasks
         ]
         if marks:
-            self._mark_dispatched(marks)
+            self._mark_published(marks)
 
-    def undispatched(
+    def unpublished(
         self,
         older_than: timedelta,
         *,
-        redispatch_after: timedelta | None = None,
+        republish_after: timedelta | None = None,
         ahead: timedelta = timedelta(0),
         limit: int = 100,
         limits: ConcurrencyLimits | None = None,
@@ -329,7 +329,7 @@ class WorkerProtocol(StoreCore):
         Args:
             older_than: skip tasks written more recently, which ``submit`` may
                 still be publishing.
-            redispatch_after: also return tasks published this long ago and
+            republish_after: also return tasks published this long ago and
                 still unclaimed, whose message a broker may have lost (a worker
                 killed with prefetched messages on a broker that does not
                 redeliver). A duplicate message is harmless: the claim drops it.
@@ -346,11 +346,11 @@ class WorkerProtocol(StoreCore):
                 applies, and its job's, where the job's does (a hand-off).
         """
         older_than = check.ttl(older_than) or timedelta(0)
-        redispatch = None if redispatch_after is None else check.ttl(redispatch_after)
+        republish = None if republish_after is None else check.ttl(republish_after)
         ahead = check.ttl(ahead) or timedelta(0)
         limit = check.limit(limit)
         if not limits:
-            return self._undispatched(older_than, redispatch, ahead, limit)
+            return self._unpublished(older_than, republish, ahead, limit)
         slots = limits.slots(self._running_counts())
         among = SweepFilter(full_owners=slots.full_owners(), full_jobs=slots.full_jobs())
         if freed_by is not None:
@@ -361,7 +361,7 @@ class WorkerProtocol(StoreCore):
                 owner=freed_by.owner if caps.owner is not None else None,
                 job=freed_by.name if caps.job is not None else None,
             )
-        due = self._undispatched(older_than, redispatch, ahead, limit, among)
+        due = self._unpublished(older_than, republish, ahead, limit, among)
         return [task for task in due if slots.take(task)]
 
 

@@ -2,7 +2,7 @@
 
 ``submit`` is a transactional outbox: the task is committed first and the
 message published after, with the Celery task id equal to the task id. When
-the broker is down the task stays ``submitted`` and the dispatcher sweep (a
+the broker is down the task stays ``submitted`` and the sweep (a
 beat task) publishes it later; the worker's claim makes a second message
 harmless, so nothing is lost and nothing runs twice.
 
@@ -26,8 +26,8 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 from pydantic import ValidationError
 
-from queuestore.beat.schedule import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
-from queuestore.broker.marks import DispatchMarks
+from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SWEEP_TASK
+from queuestore.broker.marks import PublishMarks
 from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.core.concurrency import NO_LIMITS, ConcurrencyLimits
 from queuestore.core.errors import (
@@ -66,17 +66,17 @@ class TaskQueue:
             artifacts are written, batched, by the worker's heartbeat thread;
             whatever is left goes with the outcome. Zero writes each report
             before the job's call returns.
-        max_attempts: runs a task gets when its workers keep dying.
+        max_lost_runs: runs a task gets when its workers keep dying.
         terminate_on_cancel: send ``revoke(terminate=True, signal="SIGUSR1")``
             on cancel, which interrupts a job on the prefork pool at once (it
             sees :class:`celery.exceptions.SoftTimeLimitExceeded`). Turn it off
             for solo, threads or gevent pools, where the job sees the cancel at
             its next heartbeat or write.
-        dispatch_grace: how old an unpublished task must be before the
-            dispatcher sweep publishes it, so it does not race ``submit``.
-            A published task's dispatch mark is written after half of it,
+        publish_grace: how old an unpublished task must be before the
+            sweep publishes it, so it does not race ``submit``.
+            A published task's publish mark is written after half of it,
             and only if no worker claimed the task by then.
-        redispatch_after: publish again a task whose message went out this
+        republish_after: publish again a task whose message went out this
             long ago and was never claimed (a broker that lost it); None never does.
         ack_after: how long a run goes before its message is acknowledged
             (once the store shows the task claimed), so that no broker timeout
@@ -86,11 +86,11 @@ class TaskQueue:
         priorities: the brokers honour task priorities (``submit(priority=...)``):
             the messages carry them, and the app's queues must be declared for
             them (``Settings(priorities=True)`` configures the app; see
-            :func:`priority_config`). Without it the dispatcher still publishes
+            :func:`priority_config`). Without it the sweep still publishes
             the most urgent waiting tasks first, but the broker delivers in order.
         schedule_ahead: how long before a scheduled task's start its message
             is published, with a countdown to the start. It must be longer than
-            the dispatcher sweep's interval, so that every start is published
+            the sweep's interval, so that every start is published
             on time, and shorter than ``lease - ack_after``, so that Redis does
             not hand a message waiting for its start to a second worker. By
             default 12 s, or less where the lease leaves less.
@@ -109,10 +109,10 @@ class TaskQueue:
         lease: timedelta = timedelta(seconds=30),
         heartbeat_interval: timedelta = timedelta(seconds=1),
         report_interval: timedelta = timedelta(milliseconds=200),
-        max_attempts: int = 3,
+        max_lost_runs: int = 3,
         terminate_on_cancel: bool = True,
-        dispatch_grace: timedelta = timedelta(seconds=10),
-        redispatch_after: timedelta | None = timedelta(hours=1),
+        publish_grace: timedelta = timedelta(seconds=10),
+        republish_after: timedelta | None = timedelta(hours=1),
         ack_after: timedelta | None = None,
         schedule_ahead: timedelta | None = None,
         priorities: bool = False,
@@ -138,16 +138,16 @@ class TaskQueue:
         self.lease = lease
         self.heartbeat_interval = heartbeat_interval
         self.report_interval = report_interval
-        self.max_attempts = max_attempts
+        self.max_lost_runs = max_lost_runs
         self.terminate_on_cancel = terminate_on_cancel
-        self.dispatch_grace = dispatch_grace
-        self.redispatch_after = redispatch_after
+        self.publish_grace = publish_grace
+        self.republish_after = republish_after
         self.ack_after = ack_after
         self.schedule_ahead = schedule_ahead
         self.priorities = priorities
         self.limits = limits
         self._redis = str(app.conf.broker_url or "").startswith(REDIS_SCHEMES)
-        self.dispatch_marks = DispatchMarks(store, delay=dispatch_grace.total_seconds() / 2)
+        self.publish_marks = PublishMarks(store, delay=publish_grace.total_seconds() / 2)
         _QUEUES[app] = self
         follow_lease(app, lease)
         if bind_settings(app, self):  # the app's jobs run with this queue's store and intervals
@@ -191,13 +191,13 @@ class TaskQueue:
 
         The task is committed before its message is published. If the broker
         is unreachable the task is still returned, ``submitted``, and the
-        dispatcher sweep publishes it once the broker is back.
+        sweep publishes it once the broker is back.
 
         ``run_at`` (a timezone-aware time) or ``delay`` (from now, on this
         process's clock) schedules the start: the task waits ``submitted``,
         with ``Task.run_at`` set, and its job starts no earlier. Its message
         is published :attr:`schedule_ahead` before the start at most, by this
-        call or by the dispatcher sweep, so scheduling needs the sweep running
+        call or by the sweep, so scheduling needs the sweep running
         (:meth:`install_beat_schedule`). A cancel before the start means the
         job never runs.
 
@@ -250,7 +250,7 @@ class TaskQueue:
             return task  # the live task that holds the key, already on its way
         starts_soon = task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead
         if starts_soon and self._with_slots([task]):
-            self.dispatch(task)
+            self.try_publish(task)
         return task
 
     def _register(
@@ -298,7 +298,7 @@ class TaskQueue:
         or none (:meth:`TaskStore.create_many <queuestore.TaskStore.create_many>`),
         then their messages are published on one connection, in the order
         given; if the broker fails part way, the rest wait in the store for the
-        dispatcher sweep, as for :meth:`submit`. An item whose ``unique_key`` a
+        sweep, as for :meth:`submit`. An item whose ``unique_key`` a
         live task holds gives that task, published once already. An item's
         ``callback`` (a :class:`~queuestore.core.callbacks.CallbackRequest`, or a
         mapping of its fields) is registered after the commit and before any
@@ -378,8 +378,8 @@ class TaskQueue:
         On Redis a batch is one pipeline of commands per :data:`_PUBLISH_BATCH`
         messages (kombu's ``Producer.batch``, kombu 5.7 and later; other
         transports and older kombus publish each at once). Only once every
-        message went out are the dispatch marks taken: if the broker fails part
-        way, none is marked, and the dispatcher sweep publishes them all again
+        message went out are the publish marks taken: if the broker fails part
+        way, none is marked, and the sweep publishes them all again
         (the claim drops a second message).
         """
         if not tasks:
@@ -401,7 +401,7 @@ class TaskQueue:
         finally:
             connection.release()
         for task in tasks:
-            self.dispatch_marks.add(task)
+            self.publish_marks.add(task)
 
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """Cancel a task: compare-and-set in the store, then revoke its job.
@@ -437,7 +437,7 @@ class TaskQueue:
         """
         task = self.store.provide_input(task_id, answer, owner=owner)
         if self._with_slots([task]):
-            self.dispatch(task)
+            self.try_publish(task)
         return task
 
     def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
@@ -452,9 +452,11 @@ class TaskQueue:
             raise TimeoutError(f"task {task_id!r} is still {task.status} after {timeout}s")
         return task
 
-    # -- dispatching --------------------------------------------------------
+    # -- publishing --------------------------------------------------------
 
-    def dispatch(self, task: Task, *, countdown: float | None = None, producer: Any = None) -> bool:
+    def try_publish(
+        self, task: Task, *, countdown: float | None = None, producer: Any = None
+    ) -> bool:
         """Publish the message for the task's next run; False if the broker is down.
 
         A scheduled task's message waits (``countdown``) until its start.
@@ -467,7 +469,7 @@ class TaskQueue:
                 "task %s stays queued in the store: %s", task.id, exc.__cause__, extra=about(task)
             )
             return False
-        self.dispatch_marks.add(task)
+        self.publish_marks.add(task)
         return True
 
     def publish(self, task: Task, *, countdown: float | None = None, producer: Any = None) -> None:
@@ -505,20 +507,20 @@ class TaskQueue:
         and scheduled tasks that start within :attr:`schedule_ahead`; under
         :attr:`limits`, only as many of an owner's or a job's as it has free slots."""
         published = 0
-        due = self.store.undispatched(
-            self.dispatch_grace,
-            redispatch_after=self.redispatch_after,
+        due = self.store.unpublished(
+            self.publish_grace,
+            republish_after=self.republish_after,
             ahead=self.schedule_ahead,
             limit=limit,
             limits=self.limits,
         )
         for task in due:
-            if not self.dispatch(task):
+            if not self.try_publish(task):
                 break
             published += 1
-        self.dispatch_marks.flush()  # one write for the sweep, before the next can run
+        self.publish_marks.flush()  # one write for the sweep, before the next can run
         if published:
-            log.info("dispatcher published %d waiting tasks", published)
+            log.info("sweep published %d waiting tasks", published)
         return published
 
     def hand_off(self, ended: Task) -> int:
@@ -532,7 +534,7 @@ class TaskQueue:
         """
         if not self.limits.applies(ended):
             return 0
-        waiting = self.store.undispatched(
+        waiting = self.store.unpublished(
             timedelta(0),
             ahead=self.schedule_ahead,
             limit=_HAND_OFF_LIMIT,
@@ -541,7 +543,7 @@ class TaskQueue:
         )
         published = 0
         for task in waiting:
-            if not self.dispatch(task):
+            if not self.try_publish(task):
                 break
             published += 1
         return published
@@ -552,13 +554,13 @@ class TaskQueue:
         Under :attr:`limits`, a retry takes the slot its lost run held; a task
         that failed hands it on.
         """
-        reaped = self.store.reap(max_attempts=self.max_attempts)
+        reaped = self.store.reap(max_lost_runs=self.max_lost_runs)
         for task in reaped:
             if task.is_terminal:
                 log.warning("task %s failed: %s", task.id, task.error, extra=about(task))
             else:
                 log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
-                self.dispatch(task, countdown=_reaper_backoff(lost_runs(task)))
+                self.try_publish(task, countdown=_reaper_backoff(lost_runs(task)))
         # After every retry is published: a hand-off would publish a retry again.
         for task in reaped:
             if task.is_terminal:
@@ -572,21 +574,21 @@ class TaskQueue:
         janitor_interval: timedelta = timedelta(minutes=1),
         janitor_batch_size: int = 1000,
         reaper_interval: timedelta = timedelta(seconds=10),
-        dispatch_interval: timedelta = timedelta(seconds=10),
+        sweep_interval: timedelta = timedelta(seconds=10),
     ) -> None:
-        """Add the janitor, the reaper and the dispatcher sweep to ``app.conf.beat_schedule``.
+        """Add the janitor, the reaper and the sweep to ``app.conf.beat_schedule``.
 
         Each entry expires after its own interval, so beats that pile up while
         no worker runs are dropped instead of all running at once.
-        A ``dispatch_interval`` no shorter than the queue's ``schedule_ahead``
+        A ``sweep_interval`` no shorter than the queue's ``schedule_ahead``
         is logged as a warning: a scheduled task may then start up to the
         difference late.
         """
-        if dispatch_interval >= self.schedule_ahead:
+        if sweep_interval >= self.schedule_ahead:
             log.warning(
-                "dispatch_interval (%ss) is not shorter than the queue's schedule_ahead (%ss): "
+                "sweep_interval (%ss) is not shorter than the queue's schedule_ahead (%ss): "
                 "scheduled tasks may start late",
-                dispatch_interval.total_seconds(),
+                sweep_interval.total_seconds(),
                 self.schedule_ahead.total_seconds(),
             )
         schedule = dict(self.app.conf.beat_schedule or {})
@@ -604,10 +606,10 @@ class TaskQueue:
             "schedule": reaper_interval,
             "options": {"expires": reaper_interval.total_seconds()},
         }
-        schedule[DISPATCHER_TASK] = {
-            "task": DISPATCHER_TASK,
-            "schedule": dispatch_interval,
-            "options": {"expires": dispatch_interval.total_seconds()},
+        schedule[SWEEP_TASK] = {
+            "task": SWEEP_TASK,
+            "schedule": sweep_interval,
+            "options": {"expires": sweep_interval.total_seconds()},
         }
         self.app.conf.beat_schedule = schedule
 
@@ -658,8 +660,8 @@ def _register_maintenance(app: Celery) -> None:
     def reaper() -> int:
         return _skipped_in_outage("reaper", lambda: len(TaskQueue.of(app).reap()))
 
-    def dispatcher() -> int:
-        return _skipped_in_outage("dispatcher", TaskQueue.of(app).sweep)
+    def sweep() -> int:
+        return _skipped_in_outage("sweep", TaskQueue.of(app).sweep)
 
     def forget_parent_connections(**_: Any) -> None:
         queue = _QUEUES.get(app)
@@ -669,7 +671,7 @@ def _register_maintenance(app: Celery) -> None:
     logging.getLogger("celery.worker.control").addFilter(_REVOKE_FILTER)  # a repeat is ignored
     app.task(name=JANITOR_TASK, ignore_result=True, shared=False)(janitor)
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
-    app.task(name=DISPATCHER_TASK, ignore_result=True, shared=False)(dispatcher)
+    app.task(name=SWEEP_TASK, ignore_result=True, shared=False)(sweep)
     worker_process_init.connect(forget_parent_connections, weak=False)
 
 
@@ -691,8 +693,8 @@ def priority_config(broker_url: str) -> dict[str, Any]:
 
     RabbitMQ: every queue Celery declares gets ``x-max-priority`` 9. A queue
     that exists without it cannot be declared again with it: delete it (its
-    messages are republished by the dispatcher sweep after
-    ``redispatch_after``, or drain it first) or move to a new queue name.
+    messages are republished by the sweep after
+    ``republish_after``, or drain it first) or move to a new queue name.
     Redis: ten priority steps, each a list of its own beside the queue's; the
     queue's own list then holds the most urgent messages and those without a
     priority (which kombu reads as its first step).

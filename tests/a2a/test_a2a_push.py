@@ -99,10 +99,10 @@ def test_get_info_answers_with_the_calls_tenant(store: TaskStore) -> None:
     run(configs.set_info(task_id, config(config_id="c1"), tenant))
 
     (got,) = run(configs.get_info(task_id, tenant))
-    (dispatched,) = run(configs.get_info_for_dispatch(task_id))
+    (published,) = run(configs.get_info_for_dispatch(task_id))
 
     assert got.tenant == "acme"
-    assert dispatched.tenant == ""
+    assert published.tenant == ""
     assert run(configs.get_info(task_id, ALICE)) == []  # alice outside the tenant is another owner
 
 

@@ -87,8 +87,8 @@ def test_a_task_round_trips_with_history_metadata_artifacts_and_status_message(
     assert store.get("t-round").owner == "alice"
 
 
-def test_a_task_the_agent_runs_in_the_server_is_never_dispatched(store: TaskStore) -> None:
-    # Not a Celery job: the dispatcher sweep must not publish it under its name,
+def test_a_task_the_agent_runs_in_the_server_is_never_published(store: TaskStore) -> None:
+    # Not a Celery job: the sweep must not publish it under its name,
     # and the outbox backlog must not count it, however long it works.
     ours = VersionedQueuestoreTaskStore(store)
     run(ours.as_task_store.save(a2a_task("t-plain"), ALICE))
@@ -96,10 +96,10 @@ def test_a_task_the_agent_runs_in_the_server_is_never_dispatched(store: TaskStor
     run(ours.save(first, event=first, prev=None, prev_version=TaskVersion.MISSING, context=ALICE))
     job = store.create("agent.job", owner="alice")
 
-    due = store.undispatched(timedelta(0), redispatch_after=timedelta(0))
+    due = store.unpublished(timedelta(0), republish_after=timedelta(0))
 
     assert [task.id for task in due] == [job.id]
-    assert store.outbox_backlog() == 1
+    assert store.unpublished_count() == 1
     assert store.get("t-versioned").status is Status.WORKING
 
 

@@ -199,10 +199,10 @@ def test_create_with_run_at_waits_in_the_store_until_its_start(
         assert created["run_at"].endswith("Z")  # kept in UTC
         assert alice.get(f"/tasks/{created['id']}").json()["run_at"] == created["run_at"]
 
-        # Long enough for the server's dispatch mark to be written, had it published one.
+        # Long enough for the server's publish mark to be written, had it published one.
         time.sleep(1.5)
         store = pg.deployment.queue.store
-        never_published = store.undispatched(timedelta(0), ahead=timedelta(hours=2), limit=1000)
+        never_published = store.unpublished(timedelta(0), ahead=timedelta(hours=2), limit=1000)
         assert created["id"] in [task.id for task in never_published]
         assert alice.get(f"/tasks/{created['id']}").json()["status"] == "submitted"
     finally:

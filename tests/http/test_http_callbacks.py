@@ -42,9 +42,9 @@ DELIVERY_FIELDS = {
     "status",
     "version",
     "state",
-    "attempts",
+    "tries",
     "created_at",
-    "next_attempt_at",
+    "next_try_at",
     "delivered_at",
     "last_error",
     "response_status",
@@ -221,7 +221,7 @@ def test_deliveries_are_listed_oldest_first_without_the_task(
     assert first["id"] < last["id"]
     assert first["version"] < last["version"]
     assert (last["task_id"], last["callback_id"], last["url"]) == (task_id, "default", HOOK)
-    assert (last["state"], last["attempts"], last["last_error"]) == ("pending", 0, None)
+    assert (last["state"], last["tries"], last["last_error"]) == ("pending", 0, None)
     assert last["event_id"] != first["event_id"]
 
 
@@ -281,9 +281,9 @@ def test_a_dead_delivery_is_redelivered_and_only_a_dead_one(
     dead = kill(queue.store, task_id)
     url = f"/tasks/{task_id}/deliveries"
     (shown,) = http.get(url, headers=ALICE).json()["deliveries"]
-    assert (shown["state"], shown["attempts"]) == ("dead", 1)
+    assert (shown["state"], shown["tries"]) == ("dead", 1)
     assert (shown["last_error"], shown["response_status"]) == ("HTTP 410", 410)
-    assert shown["next_attempt_at"] is None
+    assert shown["next_try_at"] is None
 
     response = http.post(f"{url}/{dead.id}/redeliver", headers=ALICE)
     assert response.status_code == 200, response.text
@@ -291,7 +291,7 @@ def test_a_dead_delivery_is_redelivered_and_only_a_dead_one(
     assert set(revived) == DELIVERY_FIELDS
     assert (revived["id"], revived["state"]) == (dead.id, "pending")
     assert revived["event_id"] == dead.event_id  # the receiver de-duplicates by it
-    assert revived["next_attempt_at"] is not None
+    assert revived["next_try_at"] is not None
     assert http.get(url, headers=ALICE).json()["deliveries"] == [revived]
 
     # Pending now: not dead, so not found; nor is one that never was.

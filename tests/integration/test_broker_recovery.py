@@ -142,7 +142,7 @@ def test_a_deep_queue_behind_slow_jobs_is_published_and_delivered_once(
             logs=stack.processes,
         )
         waiting = [stack.queue.submit("tests.count_runs") for _ in range(waiting_count)]
-        stack.start_beat()  # the reaper and the dispatcher sweep run throughout
+        stack.start_beat()  # the reaper and the sweep run throughout
         for task in [*slow, *waiting]:
             assert stack.wait_status(task.id, *TERMINAL, timeout=180).status is (
                 TaskStatus.COMPLETED

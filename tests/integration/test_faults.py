@@ -165,7 +165,7 @@ def test_the_reaper_retries_a_task_killed_on_the_embedded_broker(
 
 
 @pytest.mark.postgres
-def test_a_task_submitted_while_the_broker_is_down_is_dispatched_once_it_is_back(
+def test_a_task_submitted_while_the_broker_is_down_is_published_once_it_is_back(
     own_redis: RedisServer, deployment: DeploymentFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     # own_redis first: it is torn down last, after the worker stopped cleanly.
@@ -178,17 +178,17 @@ def test_a_task_submitted_while_the_broker_is_down_is_dispatched_once_it_is_back
 
     # The publish failed (the caller logs it) and the store knows no message went out.
     assert f"task {task.id} stays queued in the store" in caplog.text
-    assert [t.id for t in stack.queue.store.undispatched(timedelta(0))] == [task.id]
+    assert [t.id for t in stack.queue.store.unpublished(timedelta(0))] == [task.id]
     own_redis.start()
 
     done = stack.wait_status(task.id, *TERMINAL, timeout=90)
     assert done.status is TaskStatus.COMPLETED, done.error
-    assert "dispatcher published 1 waiting tasks" in worker.text()
+    assert "sweep published 1 waiting tasks" in worker.text()
     assert stack.events_of(task.id) == ["1 run"]
     # The sweep keeps running: two more sweeps later, it has not published the task again.
-    sweeps = count_lines(worker, "queuestore.dispatcher[", "succeeded")
+    sweeps = count_lines(worker, "queuestore.sweep[", "succeeded")
     wait_for(
-        lambda: count_lines(worker, "queuestore.dispatcher[", "succeeded") >= sweeps + 2,
+        lambda: count_lines(worker, "queuestore.sweep[", "succeeded") >= sweeps + 2,
         timeout=30,
         what="two more sweeps",
         logs=[worker],

@@ -128,7 +128,7 @@ def test_a_receiver_down_for_30_s_gets_every_event_once_after_in_order(
         store.update(task.id, status="working")
         store.update(task.id, status="completed", result={"n": 1})
     wait_for(
-        lambda: all(d.attempts >= 2 for t in tasks for d in store.deliveries(t.id)[:1]),
+        lambda: all(d.tries >= 2 for t in tasks for d in store.deliveries(t.id)[:1]),
         timeout=10,
         what="the deliverer failing against the down receiver",
     )
@@ -177,4 +177,4 @@ def test_a_deliverer_killed_mid_call_loses_nothing(
     statuses = [json.loads(r["body"])["data"]["status"] for r in requests]
     assert ids[0] == ids[1]  # the duplicate of the killed call: the same id
     assert statuses == ["working", "working", "completed"]
-    assert [d.attempts for d in store.deliveries(task.id)] == [2, 1]
+    assert [d.tries for d in store.deliveries(task.id)] == [2, 1]

@@ -2,7 +2,7 @@
 
 A task submitted with ``delay`` (or ``run_at``) keeps its start in its row; its
 message goes out at most ``schedule_ahead`` before the start, with a countdown
-to it: from ``submit`` when the start is that near, from the dispatcher sweep
+to it: from ``submit`` when the start is that near, from the sweep
 (beat) otherwise. These tests hold the row's ``started_at`` (the database's
 clock) against its ``run_at``: never before it, and within :data:`ON_TIME`
 after it. A cancel before the start leaves nothing to run, and a worker killed
@@ -11,8 +11,8 @@ once.
 
 The deployments use a lease of 8 s (so ``schedule_ahead`` is 3.6 s, 90 % of the
 lease minus ``ack_after``) or 6 s for the kills (2.7 s), and the harness's
-sweep every second. Their ``dispatch_grace`` is 5 s, not the harness's 1 s: a
-dispatch mark is written half the grace after the publish, and with 1 s a
+sweep every second. Their ``publish_grace`` is 5 s, not the harness's 1 s: a
+publish mark is written half the grace after the publish, and with 1 s a
 loaded machine's slow first publish let the sweep publish a submitted task a
 second time (harmless, the claim takes one; but these tests count publishes).
 """
@@ -74,7 +74,7 @@ def stack(
         broker,
         "postgres",
         QUEUESTORE_LEASE=str(LEASE),
-        QUEUESTORE_DISPATCH_GRACE=str(GRACE),
+        QUEUESTORE_PUBLISH_GRACE=str(GRACE),
     )
     try:
         worker = deployment.start_worker(beat=True)
@@ -235,7 +235,7 @@ def test_on_rabbitmq_a_countdown_message_of_a_killed_worker_runs_once_at_its_sta
         "rabbitmq",
         "postgres",
         QUEUESTORE_LEASE=str(KILL_LEASE),
-        QUEUESTORE_DISPATCH_GRACE=str(GRACE),
+        QUEUESTORE_PUBLISH_GRACE=str(GRACE),
     )
     _, done = _held_then_killed(make)
     assert_started_on_time(done)
@@ -261,7 +261,7 @@ def test_on_redis_a_countdown_message_of_a_killed_worker_runs_once_after_the_vis
         own_redis.url,
         "postgres",
         QUEUESTORE_LEASE=str(KILL_LEASE),
-        QUEUESTORE_DISPATCH_GRACE=str(GRACE),
+        QUEUESTORE_PUBLISH_GRACE=str(GRACE),
     )
     task, done = _held_then_killed(make)
     assert done.run_at is not None

@@ -56,14 +56,14 @@ async def legacy(
         handler=on_status,
     )
     async with _transport(target, token) as (read, write):
-        dispatcher = JSONRPCDispatcher(read, write)
+        sweep = JSONRPCDispatcher(read, write)
         async with ClientSession(
-            dispatcher=dispatcher,
+            sweep=sweep,
             notification_bindings=[binding],
             elicitation_callback=elicitation,
         ) as session:
             await session.initialize()
-            yield LegacyTasks(session, dispatcher)
+            yield LegacyTasks(session, sweep)
 
 
 @asynccontextmanager

@@ -211,10 +211,10 @@ async def test_errors(http: Server) -> None:
                 await call("no-such-task")
             assert unknown.value.error.code == types.INVALID_PARAMS
         with pytest.raises(MCPError) as malformed:
-            await tasks.dispatcher.send_raw_request("tasks/get", {"id": 3})
+            await tasks.sweep.send_raw_request("tasks/get", {"id": 3})
         assert malformed.value.error.code == types.INVALID_PARAMS
         with pytest.raises(MCPError) as bad_task:
-            await tasks.dispatcher.send_raw_request(
+            await tasks.sweep.send_raw_request(
                 "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": "x"}}
             )
         assert bad_task.value.error.code == types.INVALID_PARAMS
@@ -253,7 +253,7 @@ async def test_a_task_created_while_the_broker_is_down_still_runs(pg: McpDeploym
     async with legacy(pg.stdio(MCP_TEST_BROKER_URL=dead)) as cut_off:
         created = await cut_off.create("add", {"a": 5, "b": 6})
         assert created.status == "working"
-    # The worker's beat publishes what the server could not (the dispatcher sweep).
+    # The worker's beat publishes what the server could not (the sweep).
     async with legacy(pg.stdio()) as tasks:
         assert (await tasks.result(created.task_id)).structured_content == {"result": 11}
 
@@ -264,7 +264,7 @@ async def test_a_requested_ttl_outside_the_schema_is_refused(http: Server) -> No
         before = await tasks.list()
         for ttl in (0, -1, 1.5, 0.4, True, "5", [1]):
             with pytest.raises(MCPError) as refused:
-                await tasks.dispatcher.send_raw_request(
+                await tasks.sweep.send_raw_request(
                     "tools/call",
                     {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": ttl}},
                 )
@@ -272,11 +272,11 @@ async def test_a_requested_ttl_outside_the_schema_is_refused(http: Server) -> No
             assert "ttl" in refused.value.error.message, refused.value.error.message
         after = await tasks.list()
         assert after.tasks[:1] == before.tasks[:1]  # nothing was created
-        whole = await tasks.dispatcher.send_raw_request(
+        whole = await tasks.sweep.send_raw_request(
             "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": 2500.0}}
         )
         assert types.CreateTaskResult.model_validate(whole, by_name=False).task.ttl == 2500
-        unset = await tasks.dispatcher.send_raw_request(
+        unset = await tasks.sweep.send_raw_request(
             "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": None}}
         )
         assert types.CreateTaskResult.model_validate(unset, by_name=False).task.ttl == 3_600_000

@@ -18,7 +18,7 @@ from workers import app, queue
 
 app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
 # No worker consumes this queue: an ``ops.parked`` task stays submitted, even once the
-# dispatcher sweep publishes it.
+# sweep publishes it.
 app.conf.task_routes = {"ops.parked": {"queue": f"{app.conf.task_default_queue}.parked"}}
 log = logging.getLogger("ops_app")
 

@@ -60,23 +60,23 @@ def test_worker_counts_match_what_it_ran(ops: Ops) -> None:
     assert delta(after, before, transitions, job="ops.steps", status="completed") == 3
     assert delta(after, before, transitions, job="ops.boom", status="failed") == 1
     assert delta(after, before, "queuestore_job_duration_seconds_count", job="ops.steps") == 3
-    assert delta(after, before, "queuestore_dispatch_lag_seconds_count", job="ops.steps") == 3
-    lag = delta(after, before, "queuestore_dispatch_lag_seconds_sum", job="ops.steps")
+    assert delta(after, before, "queuestore_start_delay_seconds_count", job="ops.steps") == 3
+    lag = delta(after, before, "queuestore_start_delay_seconds_sum", job="ops.steps")
     assert 0 < lag < 3 * 30
 
 
 def test_tasks_by_status_and_backlog_are_read_from_the_store_at_scrape(ops: Ops) -> None:
-    store, grace = ops.deployment.queue.store, ops.deployment.queue.dispatch_grace
+    store, grace = ops.deployment.queue.store, ops.deployment.queue.publish_grace
     store.create("ops.parked")  # never published: in the backlog once older than the grace
 
     def agrees() -> bool:
-        counts, backlog = store.status_counts(), store.outbox_backlog(grace)
+        counts, backlog = store.status_counts(), store.unpublished_count(grace)
         samples = scrape(ops.metrics_port)
-        again = store.status_counts(), store.outbox_backlog(grace)
+        again = store.status_counts(), store.unpublished_count(grace)
         if again != (counts, backlog):
             return False  # the store moved during the scrape: try again
         assert value(samples, "queuestore_store_up") == 1
-        assert value(samples, "queuestore_outbox_backlog") == backlog
+        assert value(samples, "queuestore_unpublished_tasks") == backlog
         return all(
             value(samples, "queuestore_tasks", status=status.value) == count
             for status, count in counts.items()
@@ -167,7 +167,7 @@ def test_metrics_app_serves_the_store_and_this_process(tmp_path: Path) -> None:
     assert value(samples, "queuestore_tasks", status="submitted") == 1
     assert value(samples, "queuestore_tasks", status="cancelled") == 1
     assert value(samples, "queuestore_tasks", status="working") == 0
-    assert value(samples, "queuestore_outbox_backlog") == 1  # the live one, never published
+    assert value(samples, "queuestore_unpublished_tasks") == 1  # the live one, never published
     transitions = "queuestore_task_transitions_total"
     assert value(samples, transitions, job="asgi.job", status="submitted") == 2
     assert value(samples, transitions, job="asgi.job", status="cancelled") == 1

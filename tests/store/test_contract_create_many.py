@@ -28,7 +28,7 @@ def test_the_tasks_are_created_in_the_order_given(store: TaskStore) -> None:
     assert store.count() == 2500
     newest_first = [task.id for task in store.list(owner="alice", limit=1000).tasks]
     assert newest_first == [task.id for task in reversed(tasks)][:1000]
-    assert [t.id for t in store.undispatched(timedelta(0), limit=3)] == [t.id for t in tasks[:3]]
+    assert [t.id for t in store.unpublished(timedelta(0), limit=3)] == [t.id for t in tasks[:3]]
 
 
 def test_a_bad_item_is_named_and_nothing_is_written(store: TaskStore) -> None:

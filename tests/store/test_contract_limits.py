@@ -71,20 +71,20 @@ def test_the_running_counts_are_by_owner_and_job(store: TaskStore) -> None:
     assert store.running_counts() == {("a", "x.one"): 2, ("a", "x.two"): 1, (None, "x.one"): 1}
 
 
-def test_a_task_waiting_for_a_slot_has_no_dispatch_mark(store: TaskStore) -> None:
+def test_a_task_waiting_for_a_slot_has_no_publish_mark(store: TaskStore) -> None:
     task = store.create("x.slow", owner="a")
-    store.mark_dispatched(task.id)
+    store.mark_published(task.id)
     published = store.get(task.id)
-    assert store.undispatched(timedelta(0)) == []
+    assert store.unpublished(timedelta(0)) == []
 
     waiting = store.wait_for_slot(task.id, version=published.version)
 
     assert waiting is not None
     assert (waiting.status, waiting.version) == (TaskStatus.SUBMITTED, published.version + 1)
-    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+    assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
     # A mark still to be written for the message it had is void.
-    store.mark_dispatched(task.id, version=published.version)
-    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+    store.mark_published(task.id, version=published.version)
+    assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
     assert store.wait_for_slot(task.id, version=published.version) is None
 
 
@@ -108,7 +108,7 @@ def test_the_sweep_publishes_no_more_than_the_free_slots(store: TaskStore) -> No
     assert claimed(store, full[0].id, limits)
     assert claimed(store, full[1].id, limits)
 
-    due = {task.id for task in store.undispatched(timedelta(0), limits=limits)}
+    due = {task.id for task in store.unpublished(timedelta(0), limits=limits)}
 
     assert due == {a[1].id, b[0].id, b[1].id, reports[0].id} | {t.id for t in unowned}
 
@@ -128,10 +128,10 @@ def test_a_hand_off_offers_only_the_freed_slot_s_owner_and_job(store: TaskStore)
     store.create("x.slow", owner="b")  # shares neither
     store.create("x.slow")  # not limited at all
 
-    handed = store.undispatched(timedelta(0), limits=limits, freed_by=ended)
+    handed = store.unpublished(timedelta(0), limits=limits, freed_by=ended)
 
     assert {task.id for task in handed} == {mine.id, same_job.id}
-    assert store.undispatched(timedelta(0), limits=limits, freed_by=store.create("x.y")) == []
+    assert store.unpublished(timedelta(0), limits=limits, freed_by=store.create("x.y")) == []
 
 
 def test_a_hand_off_respects_the_slots_still_held(store: TaskStore) -> None:
@@ -141,7 +141,7 @@ def test_a_hand_off_respects_the_slots_still_held(store: TaskStore) -> None:
     assert claimed(store, holding.id, limits)
     waiting = [store.create("x.slow", owner="a") for _ in range(3)]
 
-    handed = store.undispatched(timedelta(0), limits=limits, freed_by=ended)
+    handed = store.unpublished(timedelta(0), limits=limits, freed_by=ended)
 
     # One slot of two is held: the longest waiting of a's tasks takes the other.
     assert [task.id for task in handed] == [waiting[0].id]

@@ -1,4 +1,4 @@
-"""Priorities in the store: kept with the task, checked, and the dispatcher's order."""
+"""Priorities in the store: kept with the task, checked, and the sweep's order."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_the_sweep_takes_the_most_urgent_first_then_the_longest_due(store: TaskS
     new_low = store.create("x.y")
     later_high = store.create("x.y", priority=9)
 
-    due = [task.id for task in store.undispatched(timedelta(0), ahead=timedelta(seconds=12))]
+    due = [task.id for task in store.unpublished(timedelta(0), ahead=timedelta(seconds=12))]
 
     assert due == [high.id, later_high.id, scheduled_mid.id, old_low.id, new_low.id]
-    assert [t.id for t in store.undispatched(timedelta(0), limit=2)] == [high.id, later_high.id]
+    assert [t.id for t in store.unpublished(timedelta(0), limit=2)] == [high.id, later_high.id]

@@ -137,7 +137,7 @@ def test_only_the_head_of_a_callbacks_queue_is_taken(store: TaskStore) -> None:
 
     (first,) = store.take_deliveries(lease=LEASE)
     assert first.delivery.status is TaskStatus.WORKING
-    assert first.delivery.attempts == 1
+    assert first.delivery.tries == 1
     assert store.take_deliveries(lease=LEASE) == []  # the next waits behind the first
 
     assert store.settle_delivery(first.delivery, Settlement.delivered(204))
@@ -160,7 +160,7 @@ def test_a_retry_keeps_the_queue_waiting_until_it_is_due(store: TaskStore) -> No
         "HTTP 503",
         503,
     )
-    assert behind.next_attempt_at == retried.next_attempt_at  # not due before the head
+    assert behind.next_try_at == retried.next_try_at  # not due before the head
 
 
 def test_a_dead_delivery_lets_the_next_go_and_can_be_revived(store: TaskStore) -> None:
@@ -193,7 +193,7 @@ def test_a_lease_that_ran_out_is_taken_again_and_the_late_settlement_is_void(
     (again,) = store.take_deliveries(lease=LEASE)
 
     assert again.delivery.id == lost.delivery.id
-    assert again.delivery.attempts == 2
+    assert again.delivery.tries == 2
     assert not store.settle_delivery(lost.delivery, Settlement.delivered(200))
     assert store.settle_delivery(again.delivery, Settlement.delivered(200))
     assert store.deliveries(task.id)[0].state is DeliveryState.DELIVERED

@@ -49,8 +49,8 @@ def test_a_retry_keeps_the_error_and_waits_unclaimed_for_its_start(store: TaskSt
     assert waiting.status_message == "retrying: Timeout: slow"
     assert waiting.error is None
     assert store.get(task.id) == waiting
-    assert [t.id for t in store.undispatched(timedelta(0), ahead=AHEAD)] == [task.id]
-    assert store.undispatched(timedelta(0), ahead=timedelta(seconds=1)) == []
+    assert [t.id for t in store.unpublished(timedelta(0), ahead=AHEAD)] == [task.id]
+    assert store.unpublished(timedelta(0), ahead=timedelta(seconds=1)) == []
 
 
 def test_each_retry_appends_its_error_with_its_run(store: TaskStore) -> None:
@@ -98,7 +98,7 @@ def test_a_task_waiting_for_its_retry_can_be_cancelled(store: TaskStore) -> None
 
     assert cancelled.status is TaskStatus.CANCELLED
     assert store.claim(task.id, "w2", LEASE) is None
-    assert store.undispatched(timedelta(0), ahead=timedelta(days=1)) == []
+    assert store.unpublished(timedelta(0), ahead=timedelta(days=1)) == []
 
 
 def test_retried_runs_are_not_lost_runs_for_the_reaper(store: TaskStore) -> None:
@@ -115,7 +115,7 @@ def test_retried_runs_are_not_lost_runs_for_the_reaper(store: TaskStore) -> None
     assert running.lease_expires_at is not None
 
     assert (running.attempt, lost_runs(running)) == (3, 1)
-    reaped = store.reap(now=running.lease_expires_at + timedelta(seconds=1), max_attempts=2)
+    reaped = store.reap(now=running.lease_expires_at + timedelta(seconds=1), max_lost_runs=2)
 
     assert [t.status for t in reaped] == [TaskStatus.WORKING]  # retried, not failed
 

@@ -1,7 +1,7 @@
 """Scheduled start in the store: ``run_at`` kept in the row, and the sweep's view of it.
 
 Every backend must keep a job's start time and return a scheduled job to the
-dispatcher only as its start comes within ``ahead``; the queue then publishes
+sweep only as its start comes within ``ahead``; the queue then publishes
 it with a countdown (tests/submitting/test_schedule.py).
 """
 
@@ -21,7 +21,7 @@ LONG_GRACE = timedelta(hours=1)
 
 
 def due_ids(store: TaskStore, older_than: timedelta, ahead: timedelta = AHEAD) -> list[str]:
-    return [task.id for task in store.undispatched(older_than, ahead=ahead)]
+    return [task.id for task in store.unpublished(older_than, ahead=ahead)]
 
 
 def test_a_start_time_is_kept_in_utc_and_read_back(store: TaskStore) -> None:
@@ -53,7 +53,7 @@ def test_a_job_starting_beyond_the_look_ahead_is_not_due(store: TaskStore) -> No
 
     assert due_ids(store, NO_GRACE) == []
     assert due_ids(store, NO_GRACE, ahead=timedelta(hours=2)) == [later.id]
-    assert store.outbox_backlog() == 0  # not late: its start has not come
+    assert store.unpublished_count() == 0  # not late: its start has not come
 
 
 def test_a_job_starting_within_the_look_ahead_waits_the_grace_like_any_other(
@@ -90,7 +90,7 @@ def test_the_sweep_orders_scheduled_and_unscheduled_jobs_by_when_they_became_due
 
     assert due_ids(store, NO_GRACE) == [at_once.id, overdue.id, sooner.id, soon.id]
     assert due_ids(store, NO_GRACE)[:2] == [
-        task.id for task in store.undispatched(NO_GRACE, ahead=AHEAD, limit=2)
+        task.id for task in store.unpublished(NO_GRACE, ahead=AHEAD, limit=2)
     ]
 
 
@@ -100,13 +100,13 @@ def test_a_published_claimed_or_cancelled_scheduled_job_is_not_due(store: TaskSt
     claimed = store.create("x.y", run_at=datetime.now(UTC))  # its start has come
     cancelled = store.create("x.y", run_at=start)
     waiting = store.create("x.y", run_at=start)
-    store.mark_dispatched(published.id)
+    store.mark_published(published.id)
     store.claim(claimed.id, "w1", LEASE)
     store.cancel(cancelled.id)
 
     assert due_ids(store, NO_GRACE) == [waiting.id]
-    redispatched = store.undispatched(NO_GRACE, redispatch_after=NO_GRACE, ahead=AHEAD)
-    assert {task.id for task in redispatched} == {waiting.id, published.id}
+    republished = store.unpublished(NO_GRACE, republish_after=NO_GRACE, ahead=AHEAD)
+    assert {task.id for task in republished} == {waiting.id, published.id}
 
 
 def test_a_cancel_before_the_start_leaves_nothing_to_run(store: TaskStore) -> None:
@@ -124,8 +124,8 @@ def test_the_backlog_counts_a_scheduled_job_once_its_start_is_late(store: TaskSt
     store.create("x.y", run_at=datetime.now(UTC) + timedelta(minutes=10))
     store.create("x.y")
 
-    assert store.outbox_backlog() == 2
-    assert store.outbox_backlog(timedelta(minutes=5)) == 1
+    assert store.unpublished_count() == 2
+    assert store.unpublished_count(timedelta(minutes=5)) == 1
 
 
 def test_a_claim_before_the_start_is_refused(store: TaskStore) -> None:

@@ -394,7 +394,7 @@ def test_wait_on_an_unknown_task_raises_task_not_found(store: TaskStore) -> None
         store.wait("missing", timeout=0.01)
 
 
-# -- listing helpers and the dispatcher sweep ---------------------------------
+# -- listing helpers and the sweep ---------------------------------
 
 
 def test_iterate_yields_every_matching_task_across_pages(store: TaskStore) -> None:
@@ -406,27 +406,27 @@ def test_iterate_yields_every_matching_task_across_pages(store: TaskStore) -> No
 
 def test_outbox_backlog_counts_what_the_sweep_would_publish(store: TaskStore) -> None:
     store.create("x.y")
-    store.mark_dispatched(store.create("x.y").id)
+    store.mark_published(store.create("x.y").id)
     store.claim(store.create("x.y").id, "w1", LEASE)
     reach(store, TaskStatus.INPUT_REQUIRED)
     store.cancel(store.create("x.y").id)
 
-    assert store.outbox_backlog() == 1
-    assert store.outbox_backlog(timedelta(hours=1)) == 0  # written just now: within the grace
+    assert store.unpublished_count() == 1
+    assert store.unpublished_count(timedelta(hours=1)) == 0  # written just now: within the grace
     with pytest.raises(InvalidTaskData):
-        store.outbox_backlog(timedelta(seconds=-1))
+        store.unpublished_count(timedelta(seconds=-1))
 
 
-def test_a_record_is_never_dispatched_nor_counted_in_the_backlog(store: TaskStore) -> None:
+def test_a_record_is_never_published_nor_counted_in_the_backlog(store: TaskStore) -> None:
     job = store.create("x.y")
     record = store.create("x.y", job=False)
     working = store.update(store.create("x.y", job=False).id, status=TaskStatus.WORKING)
-    store.mark_dispatched(record.id)  # even a mark (a sweep racing a create) changes nothing
+    store.mark_published(record.id)  # even a mark (a sweep racing a create) changes nothing
 
-    due = store.undispatched(timedelta(0), redispatch_after=timedelta(0))
+    due = store.unpublished(timedelta(0), republish_after=timedelta(0))
 
     assert [task.id for task in due] == [job.id]
-    assert store.outbox_backlog() == 1
+    assert store.unpublished_count() == 1
     assert store.get(working.id).status is TaskStatus.WORKING
 
 
@@ -438,45 +438,45 @@ def test_job_must_be_a_bool_and_a_refused_create_writes_nothing(store: TaskStore
     assert store.count() == 0
 
 
-def test_undispatched_lists_unclaimed_tasks_until_marked(store: TaskStore) -> None:
+def test_unpublished_lists_unclaimed_tasks_until_marked(store: TaskStore) -> None:
     fresh = store.create("x.y")
     marked = store.create("x.y")
     claimed = store.create("x.y")
     parked = reach(store, TaskStatus.INPUT_REQUIRED)
-    store.mark_dispatched(marked.id)
+    store.mark_published(marked.id)
     store.claim(claimed.id, "w1", LEASE)
 
-    assert [t.id for t in store.undispatched(timedelta(0))] == [fresh.id]
-    assert store.undispatched(timedelta(hours=1)) == []
-    assert parked.id not in [t.id for t in store.undispatched(timedelta(0))]
+    assert [t.id for t in store.unpublished(timedelta(0))] == [fresh.id]
+    assert store.unpublished(timedelta(hours=1)) == []
+    assert parked.id not in [t.id for t in store.unpublished(timedelta(0))]
 
 
-def test_a_retried_task_needs_dispatching_again(store: TaskStore) -> None:
+def test_a_retried_task_needs_publishing_again(store: TaskStore) -> None:
     task = store.create("x.y")
-    store.mark_dispatched(task.id)
+    store.mark_published(task.id)
     claimed = store.claim(task.id, "w1", LEASE)
     assert claimed is not None
     assert claimed.lease_expires_at is not None
 
     store.reap(now=claimed.lease_expires_at + timedelta(seconds=1))
 
-    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+    assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
 
 
-def test_mark_dispatched_of_an_unknown_task_does_nothing(store: TaskStore) -> None:
+def test_mark_published_of_an_unknown_task_does_nothing(store: TaskStore) -> None:
     task = store.create("x.y")
 
-    store.mark_dispatched("missing")
-    store.mark_dispatched_many([("missing", 1)])
+    store.mark_published("missing")
+    store.mark_published_many([("missing", 1)])
 
     assert store.get(task.id) == task
-    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+    assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
 
 
-def test_undispatched_is_oldest_first(store: TaskStore) -> None:
+def test_unpublished_is_oldest_first(store: TaskStore) -> None:
     ids = [store.create("x.y").id for _ in range(3)]
 
-    assert [t.id for t in store.undispatched(timedelta(0), limit=2)] == ids[:2]
+    assert [t.id for t in store.unpublished(timedelta(0), limit=2)] == ids[:2]
 
 
 def test_created_at_follows_creation_order(store: TaskStore) -> None:
@@ -486,7 +486,7 @@ def test_created_at_follows_creation_order(store: TaskStore) -> None:
     assert stamps == sorted(stamps)
 
 
-def test_mark_dispatched_many_marks_only_tasks_still_at_the_published_version(
+def test_mark_published_many_marks_only_tasks_still_at_the_published_version(
     store: TaskStore,
 ) -> None:
     waiting = store.create("x.y")
@@ -494,39 +494,39 @@ def test_mark_dispatched_many_marks_only_tasks_still_at_the_published_version(
     unknown = ("missing", 1)
     store.update(moved_on.id, metadata={"changed": True})
 
-    store.mark_dispatched_many(
+    store.mark_published_many(
         [(waiting.id, waiting.version), (moved_on.id, moved_on.version), unknown]
     )
 
-    assert [t.id for t in store.undispatched(timedelta(0))] == [moved_on.id]
+    assert [t.id for t in store.unpublished(timedelta(0))] == [moved_on.id]
 
 
-def test_mark_dispatched_with_a_version_is_a_no_op_once_the_task_moved_on(
+def test_mark_published_with_a_version_is_a_no_op_once_the_task_moved_on(
     store: TaskStore,
 ) -> None:
     task = store.create("x.y")
     store.update(task.id, metadata={"changed": True})
 
-    store.mark_dispatched(task.id, version=task.version)
-    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
-    store.mark_dispatched(task.id, version=task.version + 1)
-    assert store.undispatched(timedelta(0)) == []
+    store.mark_published(task.id, version=task.version)
+    assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
+    store.mark_published(task.id, version=task.version + 1)
+    assert store.unpublished(timedelta(0)) == []
 
 
-def test_mark_dispatched_many_takes_large_batches(store: TaskStore) -> None:
+def test_mark_published_many_takes_large_batches(store: TaskStore) -> None:
     tasks = [store.create("x.y") for _ in range(1200)]
 
-    store.mark_dispatched_many((t.id, t.version) for t in tasks)
+    store.mark_published_many((t.id, t.version) for t in tasks)
 
-    assert store.undispatched(timedelta(0), limit=10) == []
+    assert store.unpublished(timedelta(0), limit=10) == []
 
 
-def test_mark_dispatched_many_refuses_bad_pairs_and_marks_nothing(store: TaskStore) -> None:
+def test_mark_published_many_refuses_bad_pairs_and_marks_nothing(store: TaskStore) -> None:
     task = store.create("x.y")
 
     with pytest.raises(InvalidTaskData):
-        store.mark_dispatched_many([(task.id, task.version), (task.id, 0)])
-    assert [t.id for t in store.undispatched(timedelta(0))] == [task.id]
+        store.mark_published_many([(task.id, task.version), (task.id, 0)])
+    assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
 
 
 def test_cancel_without_a_reason_keeps_the_status_message(store: TaskStore) -> None:

@@ -122,14 +122,14 @@ def test_rows_written_before_the_job_column_stay_jobs_the_sweep_publishes(
     store.migrate()
     record = store.create("x.y", job=False)
 
-    assert [task.id for task in store.undispatched(timedelta(0))] == ["t-old"]
+    assert [task.id for task in store.unpublished(timedelta(0))] == ["t-old"]
     with empty_engine.begin() as connection:
         downgrade(connection, "0001")
     assert "job" not in {column["name"] for column in inspect(empty_engine).get_columns(TABLE.name)}
     store.migrate()
     assert drift(empty_engine) == []
     # Undone and redone, every row is a job again: what 0001 had no way to tell.
-    assert {task.id for task in store.undispatched(timedelta(0))} == {"t-old", record.id}
+    assert {task.id for task in store.unpublished(timedelta(0))} == {"t-old", record.id}
 
 
 def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_times(
@@ -145,7 +145,7 @@ def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_tim
     later = store.create("x.y", run_at=datetime.now(UTC) + timedelta(days=1))
 
     assert store.get("t-old").run_at is None
-    assert [task.id for task in store.undispatched(timedelta(0))] == ["t-old"]
+    assert [task.id for task in store.unpublished(timedelta(0))] == ["t-old"]
     with empty_engine.begin() as connection:
         downgrade(connection, "0003")
     columns = {column["name"] for column in inspect(empty_engine).get_columns(TABLE.name)}
@@ -154,7 +154,7 @@ def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_tim
         upgrade(connection, "head")
     assert drift(empty_engine) == []
     # Undone, a start time is gone: the job is due at once, as 0003 would run it.
-    assert {task.id for task in store.undispatched(timedelta(0))} == {"t-old", later.id}
+    assert {task.id for task in store.unpublished(timedelta(0))} == {"t-old", later.id}
 
 
 def test_an_empty_database_differs_from_the_models(empty_engine: Engine) -> None:

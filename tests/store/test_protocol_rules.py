@@ -65,10 +65,10 @@ def test_the_reaper_takes_100_tasks_by_default(store: TaskStore) -> None:
     assert len(store.reap(now=later + SECOND)) == 1
 
 
-@pytest.mark.parametrize("max_attempts", [1, 3], ids=["would-fail", "would-retry"])
+@pytest.mark.parametrize("max_lost_runs", [1, 3], ids=["would-fail", "would-retry"])
 @pytest.mark.parametrize("meanwhile", ["reported", "renewed"])
 def test_a_run_heard_from_after_the_reaper_looked_keeps_its_task(
-    store: TaskStore, monkeypatch: pytest.MonkeyPatch, max_attempts: int, meanwhile: str
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch, max_lost_runs: int, meanwhile: str
 ) -> None:
     """The reaper's write is conditioned on the version and the lease it found expired."""
     task = store.create("x.y")
@@ -82,7 +82,7 @@ def test_a_run_heard_from_after_the_reaper_looked_keeps_its_task(
     else:
         store.heartbeat(task.id, "w1", LEASE * 2)  # a new lease, the same version
 
-    assert store.reap(now=claimed.lease_expires_at + SECOND, max_attempts=max_attempts) == []
+    assert store.reap(now=claimed.lease_expires_at + SECOND, max_lost_runs=max_lost_runs) == []
     kept = store.get(task.id)
     assert (kept.status, kept.worker_id) == (TaskStatus.WORKING, "w1")
 
@@ -107,10 +107,10 @@ def test_report_with_a_current_copy_spares_the_read(
 @pytest.mark.parametrize(
     "call",
     [
-        lambda store: store.mark_dispatched("t", version=0),
-        lambda store: store.mark_dispatched_many([("t", 0)]),
+        lambda store: store.mark_published("t", version=0),
+        lambda store: store.mark_published_many([("t", 0)]),
     ],
-    ids=["mark_dispatched", "mark_dispatched_many"],
+    ids=["mark_published", "mark_published_many"],
 )
 def test_a_bad_version_to_mark_is_named(store: TaskStore, call: object) -> None:
     with pytest.raises(InvalidTaskData) as refused:
@@ -126,24 +126,24 @@ def test_a_lease_must_be_a_positive_timedelta(store: TaskStore, lease: object) -
     assert str(refused.value) == "lease: must be a positive timedelta"
 
 
-def test_a_published_task_is_due_again_only_after_redispatch_after(store: TaskStore) -> None:
+def test_a_published_task_is_due_again_only_after_republish_after(store: TaskStore) -> None:
     task = store.create("x.y")
-    store.mark_dispatched(task.id, version=task.version)
+    store.mark_published(task.id, version=task.version)
     time.sleep(0.002)  # the store's clock moves past the mark
 
-    assert store.undispatched(timedelta(0)) == []
-    assert store.undispatched(timedelta(0), redispatch_after=timedelta(hours=1)) == []
-    assert [t.id for t in store.undispatched(timedelta(0), redispatch_after=timedelta(0))] == [
+    assert store.unpublished(timedelta(0)) == []
+    assert store.unpublished(timedelta(0), republish_after=timedelta(hours=1)) == []
+    assert [t.id for t in store.unpublished(timedelta(0), republish_after=timedelta(0))] == [
         task.id
     ]
 
 
-def test_undispatched_returns_100_tasks_by_default(store: TaskStore) -> None:
+def test_unpublished_returns_100_tasks_by_default(store: TaskStore) -> None:
     for _ in range(101):
         store.create("x.y")
     time.sleep(0.002)
 
-    assert len(store.undispatched(timedelta(0))) == 100
+    assert len(store.unpublished(timedelta(0))) == 100
 
 
 def test_only_a_release_from_outside_the_run_stops_it() -> None:

@@ -239,11 +239,11 @@ def test_reap_retries_until_max_attempts_then_fails_with_worker_lost(store: Task
     for attempt in (1, 2):
         taken = claimed(store, task.id, f"w{attempt}")
         assert taken.attempt == attempt
-        (retried,) = expire(store, taken, max_attempts=3)
+        (retried,) = expire(store, taken, max_lost_runs=3)
         assert retried.status == TaskStatus.WORKING
 
     last = claimed(store, task.id, "w3")
-    (failed,) = expire(store, last, max_attempts=3)
+    (failed,) = expire(store, last, max_lost_runs=3)
 
     assert failed.status == TaskStatus.FAILED
     assert failed.error is not None
@@ -259,7 +259,7 @@ def test_reap_retries_until_max_attempts_then_fails_with_worker_lost(store: Task
 def test_reap_with_one_attempt_fails_at_once(store: TaskStore) -> None:
     task = claimed(store, store.create("x.y").id)
 
-    (failed,) = expire(store, task, max_attempts=1)
+    (failed,) = expire(store, task, max_lost_runs=1)
 
     assert failed.status == TaskStatus.FAILED
 

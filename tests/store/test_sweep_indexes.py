@@ -1,4 +1,4 @@
-"""The dispatcher sweep's reads, and the read of a unique key's holder, are served by
+"""The sweep's reads, and the read of a unique key's holder, are served by
 their partial indexes, on both databases.
 
 A sweep runs every few seconds however many tasks wait: scheduled tasks that
@@ -61,7 +61,7 @@ def statements(engine: Engine) -> dict[str, Select[Any]]:
     now = clock.at()
     before = clock.earlier(now, timedelta(seconds=10))
     return {
-        "ix_queuestore_tasks_undispatched": queries.undispatched(before, None, 500),
+        "ix_queuestore_tasks_unpublished": queries.unpublished(before, None, 500),
         "ix_queuestore_tasks_scheduled": queries.scheduled(
             clock, clock.earlier(now, -AHEAD), before, AHEAD, 500
         ),

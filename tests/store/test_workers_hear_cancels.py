@@ -84,7 +84,7 @@ def test_the_reaper_failing_a_lost_run_wakes_no_worker(store: TaskStore) -> None
     assert claimed.lease_expires_at is not None
 
     with store.subscribe_stops() as stops, store.subscribe() as changes:
-        (reaped,) = store.reap(now=claimed.lease_expires_at + LEASE, max_attempts=1)
+        (reaped,) = store.reap(now=claimed.lease_expires_at + LEASE, max_lost_runs=1)
         assert reaped.status is TaskStatus.FAILED
         assert heard(changes, task.id, 5.0) == [(task.id, TaskStatus.FAILED)]
         assert heard(stops, task.id, 0.3) == []

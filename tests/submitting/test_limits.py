@@ -29,7 +29,7 @@ LEASE = timedelta(seconds=30)
 def limited(app: Celery, published: Published) -> TaskQueue:
     """A queue that runs one task per owner at a time, and two of ``x.report``."""
     limits = ConcurrencyLimits(per_owner=1, per_job={"x.report": 2})
-    return TaskQueue(InMemoryTaskStore(), app, limits=limits, dispatch_grace=timedelta(0))
+    return TaskQueue(InMemoryTaskStore(), app, limits=limits, publish_grace=timedelta(0))
 
 
 def ids(published: Published) -> list[str]:
@@ -214,7 +214,7 @@ def test_the_reaper_hands_a_dead_worker_s_slot_on(
 
 def test_a_task_the_reaper_fails_hands_its_slot_on(app: Celery, published: Published) -> None:
     queue = TaskQueue(
-        InMemoryTaskStore(), app, limits=ConcurrencyLimits(per_owner=1), max_attempts=1
+        InMemoryTaskStore(), app, limits=ConcurrencyLimits(per_owner=1), max_lost_runs=1
     )
     lost = queue.submit("test.job", owner="a")
     later = queue.submit("test.job", owner="a")

@@ -55,7 +55,7 @@ def test_a_later_start_waits_in_the_store_until_the_sweep_finds_it_near(
     countdown = countdowns(published)[task.id]
     assert countdown is not None
     assert 0 < countdown <= 0.3
-    queue.dispatch_marks.flush()
+    queue.publish_marks.flush()
     assert queue.sweep() == 0  # published once
 
 
@@ -114,9 +114,9 @@ def test_a_sweep_slower_than_the_look_ahead_is_warned_of(
     queue: TaskQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="queuestore.submit.queue"):
-        queue.install_beat_schedule(dispatch_interval=timedelta(seconds=10))
+        queue.install_beat_schedule(sweep_interval=timedelta(seconds=10))
         assert caplog.records == []
-        queue.install_beat_schedule(dispatch_interval=timedelta(seconds=30))
+        queue.install_beat_schedule(sweep_interval=timedelta(seconds=30))
 
     assert "scheduled tasks may start late" in caplog.text
 

@@ -97,7 +97,7 @@ def test_a_broker_down_part_way_leaves_the_rest_to_the_sweep(
 
     assert len(published.messages) == 2
     assert calls["n"] == 3  # it stops at the first failure
-    waiting = queue.store.undispatched(timedelta(0))
+    waiting = queue.store.unpublished(timedelta(0))
     assert {task.id for task in waiting} == {task.id for task in tasks}  # no mark yet for any
 
 
@@ -129,5 +129,5 @@ def test_on_a_real_broker_every_message_arrives_once(
     finally:
         with app.connection_for_write() as connection:
             connection.default_channel.queue_delete(app.conf.task_default_queue)
-        queue.dispatch_marks.flush()
+        queue.publish_marks.flush()
         app.close()

@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 
 from queuestore import TaskQueue
-from queuestore.beat.schedule import DISPATCHER_TASK, JANITOR_TASK, REAPER_TASK
+from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SWEEP_TASK
 
 
 def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: TaskQueue) -> None:
@@ -16,15 +16,15 @@ def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: T
         janitor_ttl=timedelta(hours=2),
         janitor_interval=timedelta(seconds=30),
         reaper_interval=timedelta(seconds=5),
-        dispatch_interval=timedelta(seconds=7),
+        sweep_interval=timedelta(seconds=7),
     )
     schedule = app.conf.beat_schedule
-    assert set(schedule) == {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK}
+    assert set(schedule) == {JANITOR_TASK, REAPER_TASK, SWEEP_TASK}
     assert schedule[JANITOR_TASK]["kwargs"] == {"ttl_seconds": 7200.0, "batch_size": 1000}
     assert schedule[JANITOR_TASK]["options"] == {"expires": 30.0}
     assert schedule[REAPER_TASK]["options"] == {"expires": 5.0}
-    assert schedule[DISPATCHER_TASK]["options"] == {"expires": 7.0}
-    assert {JANITOR_TASK, REAPER_TASK, DISPATCHER_TASK} <= set(app.tasks)
+    assert schedule[SWEEP_TASK]["options"] == {"expires": 7.0}
+    assert {JANITOR_TASK, REAPER_TASK, SWEEP_TASK} <= set(app.tasks)
 
 
 def test_the_janitor_task_removes_only_expired_terminal_tasks(

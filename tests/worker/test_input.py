@@ -74,7 +74,7 @@ def test_answered_questions_do_not_use_up_the_retries_for_lost_workers(
     assert queue.store.claim(task.id, "doomed", timedelta(milliseconds=1)) is not None
     later = datetime.now(UTC) + timedelta(minutes=1)
 
-    reaped = queue.store.reap(later, max_attempts=3)
+    reaped = queue.store.reap(later, max_lost_runs=3)
 
     assert [t.status for t in reaped] == [TaskStatus.WORKING]
     assert reaped[0].attempt == 3

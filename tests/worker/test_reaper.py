@@ -22,7 +22,7 @@ def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
 
     def call(ctx: TaskContext) -> None:
         later = datetime.now(UTC) + timedelta(minutes=5)
-        reaped.extend(t.id for t in queue.store.reap(later, max_attempts=3))
+        reaped.extend(t.id for t in queue.store.reap(later, max_lost_runs=3))
         try:
             ctx.progress(0.9)
             ctx.flush()
@@ -52,7 +52,7 @@ def test_a_run_whose_task_was_reaped_and_reclaimed_cannot_write_its_outcome(
         ctx.progress(0.9, "stale run")
         ctx.add_artifact(Artifact(artifact_id="log", parts=["stale"]), append=True)
         later = datetime.now(UTC) + timedelta(minutes=5)
-        queue.store.reap(later, max_attempts=3)
+        queue.store.reap(later, max_lost_runs=3)
         taken = queue.store.claim(ctx.task_id, "second-run", timedelta(minutes=1))
         assert taken is not None
         second.append(

@@ -19,7 +19,7 @@ class UpstreamDown(Exception):
     pass
 
 
-QUICK = Retry(on=(UpstreamDown,), attempts=3, backoff=timedelta(milliseconds=100), jitter=False)
+QUICK = Retry(on=(UpstreamDown,), max_runs=3, backoff=timedelta(milliseconds=100), jitter=False)
 
 
 def failing(calls: list[int], error: Exception) -> object:
@@ -122,8 +122,8 @@ def test_the_policy_checks_its_arguments() -> None:
         Retry(on=("UpstreamDown",))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         Retry(on=())
-    with pytest.raises(ValueError, match="attempts"):
-        Retry(on=(UpstreamDown,), attempts=0)
+    with pytest.raises(ValueError, match="max_runs"):
+        Retry(on=(UpstreamDown,), max_runs=0)
     with pytest.raises(ValueError, match="backoff"):
         Retry(on=(UpstreamDown,), backoff=timedelta(hours=1), max_backoff=timedelta(minutes=1))
     with pytest.raises(ValueError, match="factor"):
@@ -133,13 +133,13 @@ def test_the_policy_checks_its_arguments() -> None:
 
 def test_job_refuses_a_policy_of_another_kind(app: Celery) -> None:
     with pytest.raises(TypeError, match="Retry"):
-        job(app, name="test.job", retry={"attempts": 3})(lambda ctx: None)  # type: ignore[arg-type]
+        job(app, name="test.job", retry={"max_runs": 3})(lambda ctx: None)  # type: ignore[arg-type]
 
 
 def test_waits_grow_by_the_factor_up_to_the_cap_and_jitter_keeps_the_upper_half() -> None:
     policy = Retry(
         on=(UpstreamDown,),
-        attempts=100,
+        max_runs=100,
         backoff=timedelta(seconds=1),
         max_backoff=timedelta(seconds=10),
         jitter=False,

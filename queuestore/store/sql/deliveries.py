@@ -64,9 +64,9 @@ def delivery(row: Mapping[str, Any], url: str) -> Delivery:
         status=row["status"],
         version=row["version"],
         state=row["state"],
-        attempts=row["attempts"],
+        tries=row["tries"],
         created_at=row["created_at"],
-        next_attempt_at=row["next_attempt_at"],
+        next_try_at=row["next_try_at"],
         delivered_at=row["delivered_at"],
         last_error=row["last_error"],
         response_status=row["response_status"],
@@ -128,7 +128,7 @@ def add_callback(
             version=task.version,
             task=snapshot(task).model_dump(mode="json"),
             created_at=task.updated_at,
-            next_attempt_at=task.updated_at,
+            next_try_at=task.updated_at,
         )
     )
     if postgres:
@@ -195,7 +195,7 @@ def revive(connection: Connection, task_id: str, delivery_id: int, now: Any) -> 
     changed = connection.execute(
         update(DELIVERIES)
         .where(D.id == delivery_id, D.task_id == task_id, D.state == DeliveryState.DEAD.value)
-        .values(state=DeliveryState.PENDING.value, next_attempt_at=now)
+        .values(state=DeliveryState.PENDING.value, next_try_at=now)
         .returning(D.id)
     ).first()
     if changed is None:
@@ -215,8 +215,8 @@ def take(
     )
     due = (
         select(D.id)
-        .where(D.state == DeliveryState.PENDING.value, D.next_attempt_at <= now, head)
-        .order_by(D.next_attempt_at, D.id)
+        .where(D.state == DeliveryState.PENDING.value, D.next_try_at <= now, head)
+        .order_by(D.next_try_at, D.id)
         .limit(limit)
     )
     if postgres:
@@ -225,7 +225,7 @@ def take(
         connection.execute(
             update(DELIVERIES)
             .where(D.id.in_(due.scalar_subquery()))
-            .values(attempts=D.attempts + 1, next_attempt_at=until)
+            .values(tries=D.tries + 1, next_try_at=until)
             .returning(*DELIVERIES.columns)
         )
         .mappings()
@@ -245,22 +245,22 @@ def take(
 
 
 def settle(
-    connection: Connection, delivery_id: int, attempts: int, settlement: Settlement, now: Any
+    connection: Connection, delivery_id: int, tries: int, settlement: Settlement, now: Any
 ) -> bool:
-    """Write how an attempt ended, if the delivery is still that attempt's."""
+    """Write how a try ended, if the delivery is still that try's."""
     delivered = settlement.state is DeliveryState.DELIVERED
     changed = connection.execute(
         update(DELIVERIES)
         .where(
             D.id == delivery_id,
-            D.attempts == attempts,
+            D.tries == tries,
             D.state == DeliveryState.PENDING.value,
         )
         .values(
             state=settlement.state.value,
             response_status=settlement.response_status,
             last_error=None if delivered else settlement.error,
-            next_attempt_at=settlement.retry_at,
+            next_try_at=settlement.retry_at,
             delivered_at=now if delivered else None,
         )
         .returning(D.callback_key)
@@ -276,9 +276,9 @@ def settle(
                 D.callback_key == changed.callback_key,
                 D.state == DeliveryState.PENDING.value,
                 D.id > delivery_id,
-                D.next_attempt_at < settlement.retry_at,
+                D.next_try_at < settlement.retry_at,
             )
-            .values(next_attempt_at=settlement.retry_at)
+            .values(next_try_at=settlement.retry_at)
         )
     return True
 

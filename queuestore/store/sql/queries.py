@@ -23,10 +23,10 @@ The statements:
 - :data:`WATCH_TASKS`: marks tasks as watched, so that their writes are announced.
 - :func:`delete_expired_postgres`, :func:`delete_expired`: the janitor's batch.
 - :func:`expired_leases`: the reaper's runs whose lease ran out.
-- :func:`undispatched`, :func:`scheduled`: the dispatcher's tasks whose job was
+- :func:`unpublished`, :func:`scheduled`: the sweep's tasks whose job was
   not published (or, scheduled, is about to start).
-- :func:`mark_dispatched`: the dispatch marks of published jobs.
-- :func:`count_undispatched`, :data:`COUNT_BY_STATUS`: the metrics' counts.
+- :func:`mark_published`: the publish marks of published jobs.
+- :func:`count_unpublished`, :data:`COUNT_BY_STATUS`: the metrics' counts.
 - :data:`CLOCK`: the database's clock.
 """
 
@@ -476,7 +476,7 @@ COUNT_BY_STATUS = select(C.status, func.count()).group_by(C.status)
 """Tasks per status, every owner's (metrics)."""
 
 
-def count_undispatched(before: ColumnElement[datetime]) -> Select[int]:
+def count_unpublished(before: ColumnElement[datetime]) -> Select[int]:
     """Live jobs never published though last written (or, scheduled, due to start) at
     ``before`` or earlier: the outbox backlog (served by the sweep's partial indexes)."""
     return select(func.count()).where(
@@ -589,7 +589,7 @@ def _assignments(shape: WriteShape, clock: Clock) -> dict[str, Any]:
             "attempt": C.attempt + _ONE,
         }
     if shape.release:
-        values |= {"worker_id": None, "lease_expires_at": None, "dispatched_at": None}
+        values |= {"worker_id": None, "lease_expires_at": None, "published_at": None}
     if shape.mark_started:
         values["started_at"] = func.coalesce(C.started_at, now)
     if shape.mark_finished:
@@ -801,7 +801,7 @@ A NOTIFY makes its commit dearer, so the frequent changes (a claim) stay quiet.
 """
 
 MARK_BATCH: Final = 500
-"""Dispatch marks per :func:`mark_dispatched` statement, which keeps its parameters few."""
+"""Publish marks per :func:`mark_published` statement, which keeps its parameters few."""
 
 
 def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, Any]]:
@@ -866,7 +866,7 @@ def _unpublished() -> list[ColumnElement[bool]]:
     """Live, unclaimed jobs whose message never went out."""
     return [
         C.job,
-        C.dispatched_at.is_(None),
+        C.published_at.is_(None),
         C.worker_id.is_(None),
         statuses_in(_UNCLAIMED_STATUSES),
     ]
@@ -891,22 +891,22 @@ def _admitted(among: SweepFilter | None) -> list[ColumnElement[bool]]:
     return terms
 
 
-def undispatched(
+def unpublished(
     updated_before: ColumnElement[datetime],
-    dispatched_before: ColumnElement[datetime] | None,
+    published_before: ColumnElement[datetime] | None,
     limit: int,
     *,
     among: SweepFilter | None = None,
 ) -> Select[Any]:
-    """The dispatcher's read: unclaimed jobs without a start time, never marked dispatched
+    """The sweep's read: unclaimed jobs without a start time, never marked published
     since ``updated_before``.
 
-    With ``dispatched_before``, also those marked before it (their publish may be
+    With ``published_before``, also those marked before it (their publish may be
     lost), scheduled or not.
     """
-    due = and_(C.dispatched_at.is_(None), C.run_at.is_(None), C.updated_at <= updated_before)
-    if dispatched_before is not None:
-        due = or_(due, C.dispatched_at <= dispatched_before)
+    due = and_(C.published_at.is_(None), C.run_at.is_(None), C.updated_at <= updated_before)
+    if published_before is not None:
+        due = or_(due, C.published_at <= published_before)
     return (
         select(*COLUMNS)
         .where(
@@ -930,7 +930,7 @@ def scheduled(
     *,
     among: SweepFilter | None = None,
 ) -> Select[Any]:
-    """The dispatcher's read of scheduled jobs never published that start before
+    """The sweep's read of scheduled jobs never published that start before
     ``starts_before``, soonest first.
 
     A job ``submit`` published (its start was within ``ahead`` of its last write)
@@ -950,10 +950,8 @@ def scheduled(
     )
 
 
-def mark_dispatched(
-    marks: Sequence[tuple[str, int | None]], now: ColumnElement[datetime]
-) -> Update:
-    """Mark the tasks' jobs dispatched at ``now``: by id and version, or by id alone (None).
+def mark_published(marks: Sequence[tuple[str, int | None]], now: ColumnElement[datetime]) -> Update:
+    """Mark the tasks' jobs published at ``now``: by id and version, or by id alone (None).
 
     At most :data:`MARK_BATCH` marks a statement.
     """
@@ -964,4 +962,4 @@ def mark_dispatched(
         which.append(tuple_(C.id, C.version).in_(versioned))
     if plain:
         which.append(C.id.in_(plain))
-    return update(TABLE).where(or_(*which)).values(dispatched_at=now)
+    return update(TABLE).where(or_(*which)).values(published_at=now)

@@ -61,8 +61,8 @@ _LIVE_STATUSES = ", ".join(f"'{status.value}'" for status in sorted(LIVE))
 _LIVE_UNIQUE = f"unique_key IS NOT NULL AND status IN ({_LIVE_STATUSES})"
 
 
-def _outbox(dialect: str, *, dispatched: bool, scheduled: bool | None = None) -> str:
-    """The predicate of a dispatcher index: live, unclaimed jobs, published or not.
+def _outbox(dialect: str, *, published: bool, scheduled: bool | None = None) -> str:
+    """The predicate of a sweep index: live, unclaimed jobs, published or not.
 
     Written as the sweep's query reads on each dialect (SQLite matches an
     index's terms literally): a row that is not a job is in no such index.
@@ -70,8 +70,8 @@ def _outbox(dialect: str, *, dispatched: bool, scheduled: bool | None = None) ->
     time (True) or without (False).
     """
     job = "job = 1" if dialect == "sqlite" else "job"
-    published = "IS NOT NULL" if dispatched else "IS NULL"
-    predicate = f"{job} AND dispatched_at {published} AND {_LIVE_UNCLAIMED}"
+    test = "IS NOT NULL" if published else "IS NULL"
+    predicate = f"{job} AND published_at {test} AND {_LIVE_UNCLAIMED}"
     if scheduled is None:
         return predicate
     return f"{predicate} AND run_at {'IS NOT NULL' if scheduled else 'IS NULL'}"
@@ -107,7 +107,7 @@ class TaskRow(Base):
     artifacts: Mapped[list[Any]] = mapped_column(JsonColumn)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonColumn)
     answers: Mapped[list[Any]] = mapped_column(JsonColumn)
-    # 0 to 9, the most urgent: the dispatcher's order, and the brokers' where enabled.
+    # 0 to 9, the most urgent: the sweep's order, and the brokers' where enabled.
     priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     # While the task is live, no other task of its owner has this key.
     unique_key: Mapped[str | None] = mapped_column(String(256))
@@ -123,12 +123,12 @@ class TaskRow(Base):
     version: Mapped[int] = mapped_column(Integer)
     worker_id: Mapped[str | None] = mapped_column(String(256))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    published_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # When the job may start (submit's run_at or delay); NULL: at once.
     run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # A Celery job runs the task: the dispatcher publishes it until a mark says
+    # A Celery job runs the task: the sweep publishes it until a mark says
     # its message went out. False for a record something else runs (an A2A
-    # agent in its server process), which the dispatcher never publishes.
+    # agent in its server process), which the sweep never publishes.
     job: Mapped[bool] = mapped_column(Boolean, server_default=true())
 
     __table_args__ = (
@@ -169,25 +169,25 @@ class TaskRow(Base):
             postgresql_where=text("expires_at IS NOT NULL"),
             sqlite_where=text("expires_at IS NOT NULL"),
         ),
-        # The dispatcher sweep: unclaimed live jobs, unpublished (by their last
+        # The sweep: unclaimed live jobs, unpublished (by their last
         # write, or by their start time) or published long ago.
         Index(
-            "ix_queuestore_tasks_undispatched",
+            "ix_queuestore_tasks_unpublished",
             "updated_at",
-            postgresql_where=text(_outbox("postgresql", dispatched=False, scheduled=False)),
-            sqlite_where=text(_outbox("sqlite", dispatched=False, scheduled=False)),
+            postgresql_where=text(_outbox("postgresql", published=False, scheduled=False)),
+            sqlite_where=text(_outbox("sqlite", published=False, scheduled=False)),
         ),
         Index(
             "ix_queuestore_tasks_scheduled",
             "run_at",
-            postgresql_where=text(_outbox("postgresql", dispatched=False, scheduled=True)),
-            sqlite_where=text(_outbox("sqlite", dispatched=False, scheduled=True)),
+            postgresql_where=text(_outbox("postgresql", published=False, scheduled=True)),
+            sqlite_where=text(_outbox("sqlite", published=False, scheduled=True)),
         ),
         Index(
-            "ix_queuestore_tasks_unclaimed_dispatched_at",
-            "dispatched_at",
-            postgresql_where=text(_outbox("postgresql", dispatched=True)),
-            sqlite_where=text(_outbox("sqlite", dispatched=True)),
+            "ix_queuestore_tasks_unclaimed_published_at",
+            "published_at",
+            postgresql_where=text(_outbox("postgresql", published=True)),
+            sqlite_where=text(_outbox("sqlite", published=True)),
         ),
         # Concurrency limits: the running tasks (held by a worker), by owner and
         # job, and by job alone (a job's count whatever the owners).
@@ -264,7 +264,7 @@ class CallbackRow(Base):
 
 
 class DeliveryRow(Base):
-    """One status change to send to one callback: the outbox, written by a trigger.
+    """One status change to send to one callback: written by a trigger.
 
     ``AFTER UPDATE OF status ON queuestore_tasks`` inserts a row for each
     callback of the task that wants the new status, in the transaction of the
@@ -284,10 +284,10 @@ class DeliveryRow(Base):
     version: Mapped[int] = mapped_column(Integer)
     task: Mapped[dict[str, Any]] = mapped_column(JsonColumn)
     state: Mapped[str] = mapped_column(String(10), server_default=text("'pending'"))
-    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    tries: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # Pending: when it is due; while an attempt runs, when it may be taken again.
-    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Pending: when it is due; while a try runs, when it may be taken again.
+    next_try_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
     response_status: Mapped[int | None] = mapped_column(Integer)
@@ -305,7 +305,7 @@ class DeliveryRow(Base):
         ),
         Index(
             "ix_queuestore_deliveries_due",
-            "next_attempt_at",
+            "next_try_at",
             postgresql_where=text(_PENDING),
             sqlite_where=text(_PENDING),
         ),

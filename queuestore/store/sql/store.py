@@ -31,7 +31,7 @@ from queuestore.core.errors import StoreUnavailable, TaskConflict
 from queuestore.core.models import Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
-from queuestore.store.backend import ListQuery, NewTask, SweepFilter, Write, dispatch_order
+from queuestore.store.backend import ListQuery, NewTask, SweepFilter, Write, publish_order
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
@@ -398,10 +398,10 @@ class SqlTaskStore(TaskStore):
     def _expired_leases(self, now: datetime | None, limit: int) -> list[Task]:
         return self._rows(queries.expired_leases(self._clock.at(now), limit))
 
-    def _mark_dispatched(self, marks: Sequence[tuple[str, int | None]]) -> None:
+    def _mark_published(self, marks: Sequence[tuple[str, int | None]]) -> None:
         # Off the hot path (written in batches), so built per call rather than prepared.
         for start in range(0, len(marks), queries.MARK_BATCH):
-            statement = queries.mark_dispatched(
+            statement = queries.mark_published(
                 marks[start : start + queries.MARK_BATCH], self._clock.at()
             )
             with self._executor.connection() as connection:
@@ -465,11 +465,9 @@ class SqlTaskStore(TaskStore):
         with self._transaction() as connection:
             return deliveries.take(connection, limit, now, until, postgres=self._postgres)
 
-    def _settle(self, delivery_id: int, attempts: int, settlement: Settlement) -> bool:
+    def _settle(self, delivery_id: int, tries: int, settlement: Settlement) -> bool:
         with self._executor.connection() as connection:
-            return deliveries.settle(
-                connection, delivery_id, attempts, settlement, self._clock.at()
-            )
+            return deliveries.settle(connection, delivery_id, tries, settlement, self._clock.at())
 
     def _count_deliveries(self) -> dict[DeliveryState, int]:
         with self._executor.connection() as connection:
@@ -490,35 +488,33 @@ class SqlTaskStore(TaskStore):
             rows = connection.execute(queries.RUNNING_COUNTS)
             return {(owner, name): count for owner, name, count in rows}
 
-    def _undispatched(
+    def _unpublished(
         self,
         older_than: timedelta,
-        redispatch_after: timedelta | None,
+        republish_after: timedelta | None,
         ahead: timedelta,
         limit: int,
         among: SweepFilter | None = None,
     ) -> list[Task]:
         clock = self._clock.at()
         updated_before = self._clock.earlier(clock, older_than)
-        redispatch = (
-            None if redispatch_after is None else self._clock.earlier(clock, redispatch_after)
-        )
+        republish = None if republish_after is None else self._clock.earlier(clock, republish_after)
         starts_before = self._clock.earlier(clock, -ahead)
-        due = self._rows(queries.undispatched(updated_before, redispatch, limit, among=among))
+        due = self._rows(queries.unpublished(updated_before, republish, limit, among=among))
         due += self._rows(
             queries.scheduled(self._clock, starts_before, updated_before, ahead, limit, among=among)
         )
-        return sorted(due, key=dispatch_order)[:limit]
+        return sorted(due, key=publish_order)[:limit]
 
     def _count_by_status(self) -> dict[TaskStatus, int]:
         with self._executor.connection() as connection:
             rows = connection.execute(queries.COUNT_BY_STATUS)
             return {TaskStatus(status): count for status, count in rows}
 
-    def _count_undispatched(self, older_than: timedelta) -> int:
+    def _count_unpublished(self, older_than: timedelta) -> int:
         before = self._clock.earlier(self._clock.at(), older_than)
         with self._executor.connection() as connection:
-            count: int = connection.execute(queries.count_undispatched(before)).scalar_one()
+            count: int = connection.execute(queries.count_unpublished(before)).scalar_one()
         return count
 
     def _now(self) -> datetime:
