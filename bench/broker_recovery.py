@@ -45,7 +45,7 @@ from celery import Celery
 from celery.signals import before_task_publish
 
 from queuestore import Settings, TaskQueue
-from queuestore.run.hold import redis_transport_options
+from queuestore.broker.transports import redis_transport_options
 
 ROOT = HERE.parent
 BROKERS = {

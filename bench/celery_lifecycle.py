@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import dataclasses
 import os
 import secrets
 import signal
@@ -328,7 +329,7 @@ class Bench:
         )
         # The marks still waiting for their delay are the producer's work too.
         cpu = time.process_time()
-        queue.publish_marks.flush()
+        queue.publisher.marks.flush()
         self.producer_cpu += time.process_time() - cpu
         return n / (end - start)
 
@@ -499,7 +500,9 @@ class Bench:
     # (4) cancel -> stopped
     def cancel_latency(self, pool: str, samples: int) -> list[float]:
         queue = self.m.queue
-        queue.terminate_on_cancel = pool == "prefork"
+        queue.publisher.options = dataclasses.replace(
+            queue.options, terminate_on_cancel=pool == "prefork"
+        )
         env = self.env | {"QUEUESTORE_TERMINATE_ON_CANCEL": str(pool == "prefork").lower()}
         latencies: list[float] = []
         with running(Worker("lifecycle_app:app", pool, env), self.r) as worker:

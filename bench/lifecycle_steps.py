@@ -124,10 +124,10 @@ class Steps:
             ),
         )
         self.note("producer: Celery send_task", timed(queue.publish, tasks, self.raw))
-        self.note("producer: publish mark (add)", timed(queue.publish_marks.add, tasks, self.raw))
-        queue.publish_marks.flush()
+        self.note("producer: publish mark (add)", timed(queue.publisher.marks.add, tasks, self.raw))
+        queue.publisher.marks.flush()
         # -- worker ------------------------------------------------------
-        lease = queue.lease
+        lease = queue.options.lease
         claimed: list[Any] = []
         self.note(
             "worker: store.claim",

@@ -35,7 +35,7 @@ import psycopg
 from benchkit import HERE, free_port, process, scratch_database
 
 from queuestore import SqlTaskStore, UrlPolicy
-from queuestore.push.webhooks import post
+from queuestore.push.sender import post
 
 RECEIVER = HERE.parent / "tests" / "integration" / "receiver.py"
 LOCAL = UrlPolicy.allowing("127.0.0.1")

@@ -177,7 +177,7 @@ def run(tasks: int, spread: float, broker: str, workdir: Path) -> tuple[dict[str
         queue = TaskQueue(SqlTaskStore(database_url), caller)  # queuestore's defaults throughout
         baseline = _baseline_app(baseline_broker, baseline_queue, records)
         stack.callback(queue.store.close)
-        stack.callback(queue.publish_marks.flush)
+        stack.callback(queue.publisher.marks.flush)
         for app, name in ((caller, qs_queue), (baseline, baseline_queue)):
             stack.callback(app.close)
             stack.callback(_delete_queue, app, name)
@@ -203,8 +203,8 @@ def run(tasks: int, spread: float, broker: str, workdir: Path) -> tuple[dict[str
         wait(lambda: all("ready." in log.read_text() for log in logs), 60, "the workers", logs)
         interval = Settings.model_fields["sweep_interval"].default
         described = (
-            f"{broker}; lease {queue.lease.total_seconds():g} s, schedule_ahead "
-            f"{queue.schedule_ahead.total_seconds():g} s, sweep_interval "
+            f"{broker}; lease {queue.options.lease.total_seconds():g} s, schedule_ahead "
+            f"{queue.options.schedule_ahead.total_seconds():g} s, sweep_interval "
             f"{interval.total_seconds():g} s (beat in the worker): the defaults"
         )
 
@@ -216,7 +216,7 @@ def run(tasks: int, spread: float, broker: str, workdir: Path) -> tuple[dict[str
         due: list[float] = []
         for index, delay in enumerate(delays):
             task = queue.submit(JOB, delay=timedelta(seconds=delay))
-            if delay <= queue.schedule_ahead.total_seconds():
+            if delay <= queue.options.schedule_ahead.total_seconds():
                 by_submit.add(task.id)
             due.append(time.time() + delay)
             baseline.tasks[BASELINE_TASK].apply_async((index,), countdown=delay)

@@ -60,7 +60,7 @@ def main() -> None:
         items = [{"name": "bench.job", "input": {"i": i}} for i in range(n)]
 
         def purge() -> None:
-            queue.publish_marks.flush()
+            queue.publisher.marks.flush()
             with app.connection_for_write() as connection:
                 connection.default_channel.queue_purge("celery")
 

@@ -35,9 +35,11 @@ from queuestore.core.models import (
 )
 from queuestore.core.owner import ANY
 from queuestore.core.retries import Retry
+from queuestore.core.urls import UrlPolicy
 from queuestore.push.deliverer import Deliverer, DeliveryPolicy
-from queuestore.push.webhooks import SigningSecret, UrlPolicy
-from queuestore.run.job import InputRequested, Job, JobCancelled, TaskContext, job
+from queuestore.push.signing import SigningSecret
+from queuestore.run.job import InputRequested, JobCancelled, TaskContext, job
+from queuestore.run.registry import Job
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
 from queuestore.submit.queue import TaskQueue
 

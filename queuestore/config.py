@@ -19,10 +19,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.broker.filesystem import TRANSPORT as FILESYSTEM_TRANSPORT
 from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.urls import UrlPolicy
 from queuestore.core.validation import DEFAULT_MAX_PAYLOAD_BYTES
 from queuestore.metrics import prepare_multiprocess_dir
 from queuestore.push.deliverer import DeliveryPolicy
-from queuestore.push.webhooks import SigningSecret, UrlPolicy
+from queuestore.push.signing import SigningSecret
 from queuestore.store.base import TaskStore
 from queuestore.store.sql import SqlTaskStore
 from queuestore.submit.queue import TaskQueue
@@ -145,7 +146,9 @@ class Settings(BaseSettings):
         description="How often a job's progress and artifacts are written; 0: at once.",
     )
     max_lost_runs: int = Field(
-        3, ge=1, description="Runs a task gets when its workers keep dying, before it fails."
+        3,
+        ge=1,
+        description="Runs a task may lose to dying workers before it fails with WorkerLost.",
     )
     terminate_on_cancel: bool = Field(
         True,
@@ -429,7 +432,7 @@ class Settings(BaseSettings):
             config["broker_transport"] = FILESYSTEM_TRANSPORT
             config["broker_transport_options"] = self.filesystem_broker_options()
         elif self.priorities:
-            from queuestore.submit.queue import priority_config
+            from queuestore.broker.transports import priority_config
 
             config |= priority_config(self.broker_url)
         return config

@@ -18,10 +18,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from celery import Celery
 from kombu import Connection
 from sqlalchemy import URL, Engine, create_engine, make_url, text
 
 from queuestore import InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
+from tests.celery_support import Published
 
 DEFAULT_PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 """The server the PostgreSQL tests use; override with ``QUEUESTORE_TEST_PG_URL``."""
@@ -216,3 +218,15 @@ def make_store(backend: str, request: pytest.FixtureRequest) -> Iterator[StoreFa
 def store(make_store: StoreFactory) -> TaskStore:
     """A store of the backend under test with default options, on an empty table."""
     return make_store()
+
+
+@pytest.fixture
+def app() -> Celery:
+    """A Celery app of the test's own, on kombu's in-memory broker (see ``published``)."""
+    return Celery("test_app", broker="memory://", set_as_current=False)
+
+
+@pytest.fixture
+def published(app: Celery, monkeypatch: pytest.MonkeyPatch) -> Published:
+    """Records what ``app`` publishes and revokes, instead of a broker round trip."""
+    return Published.on(app, monkeypatch)

@@ -35,7 +35,6 @@ from queuestore.core.errors import InvalidTaskData, InvalidTransition, TaskNotFo
 from queuestore.core.models import Task
 from queuestore.core.models import TaskStatus as Status
 from queuestore.core.watch import AsyncWatch
-from queuestore.run.registry import registered_job
 
 _PARKED: Final = frozenset({Status.INPUT_REQUIRED, Status.AUTH_REQUIRED})
 
@@ -169,11 +168,9 @@ class QueuestoreAgentExecutor(AgentExecutor):
             return None  # not created yet: the SDK's first save submits it
 
     def _check_input(self, job_input: dict[str, Any]) -> None:
-        registered = registered_job(self.queue.sync.app, self.job)
-        if registered is None:
-            return  # registered in the workers only: the worker refuses bad input
+        # A job registered in the workers only is not checked here: the worker refuses bad input.
         try:
-            registered.check_input(job_input)
+            self.queue.sync.check_input(self.job, job_input)
         except InvalidTaskData as exc:
             raise InvalidParamsError(message=str(exc)) from exc
 

@@ -23,12 +23,11 @@ from a2a.server.events.event_queue import Event
 from a2a.types import Task as A2ATask
 from a2a.types import TaskArtifactUpdateEvent, TaskState
 
+from queuestore import TaskQueue, TaskStore
 from queuestore.a2a import convert
 from queuestore.core.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
 from queuestore.core.models import TERMINAL, TRANSITIONS, Artifact, Task, TaskStatus
-from queuestore.store.base import TaskStore
 from queuestore.store.sql import blocking
-from queuestore.submit.queue import TaskQueue
 
 log = logging.getLogger(__name__)
 

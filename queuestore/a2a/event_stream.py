@@ -19,11 +19,11 @@ from a2a.server.cluster.event_stream import TaskEventStream, VersionedEvent
 from a2a.server.cluster.version import TaskVersion
 from a2a.types import TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+from queuestore import TaskStore
 from queuestore.a2a import convert
 from queuestore.aio import AsyncTaskStore
 from queuestore.core.errors import InvalidTaskData, TaskNotFound
 from queuestore.core.models import Task, TaskStatus
-from queuestore.store.base import TaskStore
 
 ENDS_A_STREAM: Final = frozenset(
     {

@@ -19,9 +19,9 @@ from a2a.types import ListTasksRequest, ListTasksResponse
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import ListTasksCursor, decode_list_tasks_cursor, encode_list_tasks_cursor
 
+from queuestore import TaskStore
 from queuestore.a2a import convert
 from queuestore.core.errors import InvalidTaskData
-from queuestore.store.base import TaskStore
 
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 100

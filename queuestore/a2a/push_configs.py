@@ -49,15 +49,14 @@ from a2a.types import Task as A2ATask
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
+from queuestore import TaskQueue, TaskStore
 from queuestore.a2a import convert
 from queuestore.a2a.principal import OwnerResolver, resolve_owner
 from queuestore.core.callbacks import Callback, CallbackEvents, CallbackFormat, Delivery
 from queuestore.core.errors import CallbackRefused, InvalidTaskData, TaskNotFound
 from queuestore.core.models import TERMINAL
 from queuestore.core.owner import ANY, Owner
-from queuestore.store.base import TaskStore
 from queuestore.store.sql import blocking
-from queuestore.submit.queue import TaskQueue
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from pydantic import JsonValue
 from starlette.applications import Starlette
 
+from queuestore import TaskQueue
 from queuestore.a2a.agent_executor import QueuestoreAgentExecutor, text_answer, text_input
 from queuestore.a2a.event_stream import QueuestoreEventStream
 from queuestore.a2a.principal import OwnerResolver, resolve_owner
 from queuestore.a2a.push_configs import QueuestorePushConfigStore
 from queuestore.a2a.task_store import VersionedQueuestoreTaskStore
-from queuestore.submit.queue import TaskQueue
 
 
 def agent_card(

@@ -52,14 +52,13 @@ from a2a.types import ListTasksRequest, ListTasksResponse, TaskArtifactUpdateEve
 from a2a.types import Task as A2ATask
 from a2a.utils.errors import InvalidParamsError
 
+from queuestore import TaskQueue, TaskStore
 from queuestore.a2a import convert
 from queuestore.a2a.apply import SDK_TASK, JobRequest, ReadThenApply, SdkChange
 from queuestore.a2a.listing import list_page
 from queuestore.a2a.principal import OwnerResolver, resolve_owner
 from queuestore.core.errors import InvalidTaskData, InvalidTransition, TaskConflict, TaskNotFound
 from queuestore.core.models import Task, TaskStatus
-from queuestore.store.base import TaskStore
-from queuestore.submit.queue import TaskQueue
 
 DEFAULT_KNOWN_ROWS: Final = 4096
 """How many rows a store remembers by default (see :class:`KnownRows`)."""

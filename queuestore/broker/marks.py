@@ -1,4 +1,4 @@
-"""The outbox's publish marks, written in batches off the caller's path."""
+"""Publish marks: which tasks' messages went out, written in batches off the caller's path."""
 
 from __future__ import annotations
 

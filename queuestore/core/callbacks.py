@@ -3,7 +3,7 @@
 A :class:`Callback` asks for a task's status changes to be sent to a URL, as a
 signed webhook or as an A2A push notification. Each change a callback wants is
 committed as a :class:`Delivery` in the same transaction as the change itself
-(the outbox), and sent at least once from there by a
+(the deliveries), and sent at least once from there by a
 :class:`~queuestore.push.deliverer.Deliverer`, never by the process that made the change.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated, Final
 
 from pydantic import AwareDatetime, Field
 
-from queuestore.core.models import TERMINAL, Task, TaskStatus, _Record
+from queuestore.core.models import TERMINAL, Record, Task, TaskStatus
 
 
 class CallbackEvents(StrEnum):
@@ -50,14 +50,14 @@ DEFAULT_CALLBACK_ID: Final = "default"
 """The id of a callback registered without one (the HTTP API's ``callback``)."""
 
 
-class CallbackRequest(_Record):
+class CallbackRequest(Record):
     """A callback asked for with a submit: where to send the task's changes, and which."""
 
     url: str
     events: CallbackEvents = CallbackEvents.TERMINAL
 
 
-class Callback(_Record):
+class Callback(Record):
     """A URL a task's status changes are sent to.
 
     A task has any number of callbacks, each known by its ``id`` within the
@@ -82,7 +82,7 @@ class Callback(_Record):
         return self.events is CallbackEvents.ALL or status in TERMINAL
 
 
-class Delivery(_Record):
+class Delivery(Record):
     """One status change of a task, to be sent to one callback.
 
     ``task`` is the task as the change left it (without its input and answers),

@@ -22,8 +22,6 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from queuestore.beat.schedule import MAINTENANCE_TASKS
-
 LogFormat = Literal["text", "json"]
 
 _CURRENT: ContextVar[tuple[str, str] | None] = ContextVar("queuestore_task", default=None)
@@ -49,8 +47,13 @@ def _celery_task() -> tuple[str, str] | None:
     from celery._state import get_current_task
 
     current = get_current_task()
-    if current is None or current.request.id is None or current.name in MAINTENANCE_TASKS:
-        return None  # the janitor, reaper and sweep run as Celery tasks but are no task's job
+    if current is None or current.request.id is None:
+        return None
+    # A job's message carries its task's id twice: as the Celery id and as its one
+    # argument. The janitor, the reaper and the sweep run as Celery tasks too, but
+    # are no task's job.
+    if list(current.request.args or ()) != [current.request.id]:
+        return None
     return str(current.request.id), str(current.name)
 
 
@@ -149,3 +152,30 @@ def _celery_logger_ready(logger: logging.Logger, **_: Any) -> None:
     apply(logger, log_format, _CONFIG["level"])
     if log_format == "json":
         logging.captureWarnings(True)  # warnings become JSON lines too, not raw stderr
+
+
+class _NoRevokeBookkeepingWithoutBackend(logging.Filter):
+    """Drops Celery's warning that a revoke could not be stored without a result backend.
+
+    Since Celery 5.6 every worker that receives a revoke broadcast records it in
+    the result backend (celery/celery#9869); with results disabled, as queuestore
+    runs Celery, each cancel then logs a warning on every worker. The store is
+    where a cancel is recorded, so that one warning (NotImplementedError from the
+    disabled backend) is dropped; a real backend's failures are still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (
+            record.msg == "Failed to mark task %s as revoked in backend: %s"
+            and len(args) == 2
+            and isinstance(args[1], NotImplementedError)
+        )
+
+
+_REVOKE_FILTER = _NoRevokeBookkeepingWithoutBackend()
+
+
+def quiet_revoke_bookkeeping() -> None:
+    """Drop Celery's per-cancel warning about revokes it cannot store without a backend."""
+    logging.getLogger("celery.worker.control").addFilter(_REVOKE_FILTER)  # a repeat is ignored

@@ -39,6 +39,9 @@ TERMINAL: Final = frozenset(
 LIVE: Final = frozenset(TaskStatus) - TERMINAL
 """Statuses of tasks that are still in progress; the janitor never touches them."""
 
+PARKED: Final = frozenset({TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED})
+"""Statuses of tasks waiting for their caller (an answer, an authorization): no run holds them."""
+
 TRANSITIONS: Final[dict[TaskStatus, frozenset[TaskStatus]]] = {
     TaskStatus.SUBMITTED: frozenset(
         {TaskStatus.WORKING, TaskStatus.CANCELLED, TaskStatus.REJECTED, TaskStatus.FAILED}
@@ -87,11 +90,11 @@ def new_task_id() -> str:
 JsonObject = dict[str, JsonValue]
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class TaskError(_Record):
+class TaskError(Record):
     """Why a task failed: the exception type (or an error code) and its message."""
 
     type: Annotated[str, Field(min_length=1, max_length=200)]
@@ -100,7 +103,7 @@ class TaskError(_Record):
     """The run that raised it (``Task.attempt`` then), for an error kept in ``Task.errors``."""
 
 
-class Artifact(_Record):
+class Artifact(Record):
     """An output of a task; ``parts`` may be streamed in by appending chunks."""
 
     artifact_id: Annotated[str, Field(min_length=1, max_length=200)]
@@ -110,7 +113,7 @@ class Artifact(_Record):
     metadata: JsonObject = Field(default_factory=dict)
 
 
-class Task(_Record):
+class Task(Record):
     """A snapshot of one task, as the store last committed it."""
 
     id: str
@@ -160,7 +163,7 @@ class Task(_Record):
         return self.status in TERMINAL
 
 
-class TaskPage(_Record):
+class TaskPage(Record):
     """One page of a listing; ``next_cursor`` is None on the last page."""
 
     tasks: list[Task]

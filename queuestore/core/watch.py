@@ -112,7 +112,7 @@ class ChangeFeed:
     Args:
         read: the store's read of changed rows (see :data:`ReadChanges`).
         now: the store's clock, where the first read starts.
-        subscribe: the store's notifications (see ``StoreCore.subscribe``).
+        subscribe: the store's notifications (see ``StoreBackend.subscribe``).
         watch_tasks: the store's marks of followed tasks (see :data:`WatchTasks`).
     """
 

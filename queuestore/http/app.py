@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from queuestore import TaskQueue
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
 from queuestore.http import batch, problems, sse, tasks
@@ -35,7 +36,6 @@ from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
 from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health
 from queuestore.http.service import Service, ServiceDep
-from queuestore.submit.queue import TaskQueue
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def _metrics_of(queue: TaskQueue) -> ASGIApp | None:
         return None
     from queuestore.metrics.prometheus import metrics_app
 
-    return metrics_app(queue.store, backlog_after=queue.publish_grace)
+    return metrics_app(queue.store, backlog_after=queue.options.publish_grace)
 
 
 class _MetricsEndpoint:

@@ -1,14 +1,15 @@
 """``POST /tasks:batch``: many creates in one request, all or none, each safe to retry.
 
-The items a batch creates are one :meth:`~queuestore.aio.AsyncTaskQueue.submit_many`
-call: their rows commit in one transaction, then their messages go out on one
-broker connection, with ``submit``'s outbox guarantee. Each item may carry its
-own ``idempotency_key``, under the rules of the ``Idempotency-Key`` header
-(:mod:`queuestore.http.idempotency`): its task id is derived from the caller
-and the key, an item whose task exists is a replay of it, and a key reused
-with another item is refused. So a batch retried as it was sent creates
-nothing and answers the same tasks, and a batch that failed part way cannot
-have: either every new item was written or none.
+The items a batch creates are one
+:meth:`~queuestore.aio.AsyncTaskQueue.submit_many` call: their rows commit in
+one transaction, then their messages go out on one broker connection, with
+``submit``'s guarantee (committed first, published after). Each item may carry
+its own ``idempotency_key``, under the rules of the ``Idempotency-Key`` header
+(:mod:`queuestore.http.idempotency`): its task id is derived from the caller and
+the key, an item whose task exists is a replay of it, and a key reused with
+another item is refused. So a batch retried as it was sent creates nothing and
+answers the same tasks, and a batch that failed part way cannot have: either
+every new item was written or none.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from pydantic import (
 
 from queuestore.core.callbacks import CallbackEvents, CallbackRequest, Delivery, DeliveryState
 from queuestore.core.models import Artifact, Task, TaskError, TaskStatus
+from queuestore.core.urls import MAX_URL_LENGTH
 from queuestore.core.validation import NAME_PATTERN
-from queuestore.push.webhooks import MAX_URL_LENGTH
 
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"
 """PostgreSQL cannot store the NUL character in a text."""

@@ -34,7 +34,6 @@ from queuestore.http.schemas import (
     TaskView,
 )
 from queuestore.http.service import Principal, Service, ServiceDep
-from queuestore.run.registry import registered_names
 
 router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
 
@@ -144,7 +143,7 @@ def check_job_name(service: Service, name: str) -> None:
     Raises:
         ProblemError: 422 ``unknown-job`` with the known names.
     """
-    known = registered_names(service.queue.sync.app)
+    known = service.queue.sync.job_names
     if known and name not in known:
         names = sorted(known)
         raise ProblemError(
@@ -198,7 +197,7 @@ async def running_tasks(principal: Principal, service: ServiceDep) -> Running:
     """How many of the caller's tasks run now, beside the concurrency limits on them; 401
     anonymous. Tasks beyond a limit wait ``submitted`` until a slot is free."""
     owner = named(principal, "reading running tasks")
-    limits = service.queue.sync.limits
+    limits = service.queue.sync.options.limits
     counts = await service.store.running_counts()
     mine = {name: count for (held_by, name), count in counts.items() if held_by == owner}
     names = sorted(set(mine) | set(limits.per_job))

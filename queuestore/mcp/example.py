@@ -28,7 +28,7 @@ from mcp.server import Server
 
 from queuestore import Settings, TaskContext
 from queuestore.mcp.server_tasks import McpTasks
-from queuestore.ops.subprocesses import celery_process
+from queuestore.run.subprocesses import celery_process
 
 settings = Settings()
 app = settings.configure(Celery("queuestore-mcp-example"))

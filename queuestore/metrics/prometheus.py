@@ -179,7 +179,7 @@ def instrument(store: TaskStore) -> TaskStore:
 
 
 class StoreCollector(Collector):
-    """Reads the tasks per status and the outbox backlog from the store at each scrape.
+    """Reads the tasks per status and the unpublished tasks from the store at each scrape.
 
     The backlog counts tasks never published and last written ``backlog_after``
     (the queue's ``publish_grace``) ago or earlier: what the sweep
@@ -268,27 +268,27 @@ def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:
     """
     from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
-    from queuestore.run.registry import registered_job, settings_of
-    from queuestore.submit.queue import TaskQueue
+    from queuestore.broker.publisher import Publisher
+    from queuestore.run.registry import registered_job
 
     started: dict[str, float] = {}
 
     def on_worker_init(sender: Any = None, **_: Any) -> None:
         if sender is None or getattr(sender, "app", None) is not app:
             return
-        queue = TaskQueue.of(app)
-        store = instrument(queue.store)
+        publisher = Publisher.of(app)
+        store = instrument(publisher.store)
         folder = multiprocess_dir()
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob("*.db"):  # counts of an earlier run of this worker
                 stale.unlink()
-        registry = make_registry(store, backlog_after=queue.publish_grace)
+        registry = make_registry(store, backlog_after=publisher.options.publish_grace)
         server, _thread = start_http_server(port, host, registry=registry)
         log.info("metrics on http://%s:%d/metrics", host, server.server_port)
 
     def on_process_init(**_: Any) -> None:
-        instrument(settings_of(app).store)
+        instrument(Publisher.of(app).store)
 
     def on_prerun(task_id: str = "", task: Any = None, **_: Any) -> None:
         if task is not None and task.app is app and registered_job(app, task.name) is not None:

@@ -1,1 +1,6 @@
-"""ops."""
+"""Operations: the ``queuestore`` command, the demo, terminal presentation and the references.
+
+:mod:`~queuestore.ops.cli` is the command's entry point and imports the rest
+of queuestore only when a command needs it, so ``--help`` starts at once;
+nothing here is imported by the library itself.
+"""

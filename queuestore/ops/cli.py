@@ -34,7 +34,7 @@ from queuestore.core.models import LIVE, Task
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.watch import Watch
 from queuestore.ops.presentation import TaskWatchView, task_table
-from queuestore.push.webhooks import SigningSecret
+from queuestore.push.signing import SigningSecret
 from queuestore.store.sql import SqlTaskStore
 
 app = typer.Typer(

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from queuestore.core.errors import TaskNotFound
 from queuestore.core.models import Task, TaskStatus
 from queuestore.ops.presentation import task_table
-from queuestore.ops.subprocesses import celery_process
+from queuestore.run.subprocesses import celery_process
 
 DEADLINE_SECONDS = 50.0
 _DEMO_ENV = {

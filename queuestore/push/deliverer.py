@@ -1,4 +1,4 @@
-"""The deliverer: sends the outbox of task status changes to their callbacks.
+"""The deliverer: sends the deliveries of task status changes to their callbacks.
 
 Run one or more per deployment (``queuestore deliver``): each takes the due
 deliveries from the store (:meth:`~queuestore.store.base.TaskStore.take_deliveries`),
@@ -27,7 +27,8 @@ from typing import Protocol
 
 from queuestore.core.callbacks import SNAPSHOT_FIELDS, Callback, CallbackFormat, Delivery
 from queuestore.core.errors import StoreUnavailable
-from queuestore.push.webhooks import CallFailed, SigningSecret, post, signature_headers
+from queuestore.push.sender import CallFailed, post
+from queuestore.push.signing import SigningSecret, signature_headers
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 
@@ -119,7 +120,7 @@ class Deliverer:
     """Sends a store's deliveries, on ``concurrency`` threads, until stopped.
 
     Args:
-        store: the store whose outbox it empties.
+        store: the store whose deliveries it sends.
         secrets: the signing secrets; every delivery carries one signature per
             secret (to rotate, add the new one first, drop the old later).
             With none, deliveries are sent unsigned.
@@ -127,7 +128,7 @@ class Deliverer:
         formats: how each callback format is written; ``webhook`` is built
             in, :mod:`queuestore.a2a` adds ``a2a``.
         concurrency: calls in flight at once (each to a different callback).
-        poll_interval: seconds between looks at the outbox when nothing wakes
+        poll_interval: seconds between looks for due deliveries when nothing wakes
             the deliverer (PostgreSQL NOTIFY wakes it at each change).
         observer: told of each delivery, retry and death.
     """

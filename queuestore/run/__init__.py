@@ -1,1 +1,27 @@
-"""run."""
+"""The run side: a worker runs a job on a claimed task, under a lease.
+
+``@job`` (:mod:`~queuestore.run.job`) registers a function
+(:mod:`~queuestore.run.registry`) and runs it: claim, call with a
+:class:`TaskContext` (:mod:`~queuestore.run.context`), write the outcome.
+A :class:`~queuestore.run.lease.Run` batches the job's reports under its
+lease, the heartbeat renews it and hears a cancel, the interrupts keep a
+prefork revoke out of store calls, and the message hold acknowledges a long
+run's message once the store owns the task. It never imports the callers' side.
+"""
+
+from queuestore.run.context import InputRequested, TaskContext
+from queuestore.run.job import execute, job
+from queuestore.run.lease import JobCancelled, Run
+from queuestore.run.registry import Job, registered_job, registered_names
+
+__all__ = [
+    "InputRequested",
+    "Job",
+    "JobCancelled",
+    "Run",
+    "TaskContext",
+    "execute",
+    "job",
+    "registered_job",
+    "registered_names",
+]

@@ -106,7 +106,7 @@ class TaskContext:
         Raises:
             InvalidTaskData: the artifact is invalid or over the payload limit.
         """
-        checked = check.artifact(artifact, self._run.settings.store.max_payload_bytes)
+        checked = check.artifact(artifact, self._run.publisher.store.max_payload_bytes)
         self._run.report({}, (checked, append))
 
     def flush(self) -> None:

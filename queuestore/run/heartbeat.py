@@ -8,10 +8,10 @@ import threading
 import time
 import weakref
 
+from queuestore.broker.publisher import Publisher
 from queuestore.core.errors import QueueStoreError, TaskNotFound
 from queuestore.core.watch import Listener
 from queuestore.run.lease import Run
-from queuestore.run.registry import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -25,20 +25,20 @@ class Heartbeat:
     also writes their reports every ``report_interval``.
     """
 
-    def __init__(self, settings: RunSettings) -> None:
-        self.settings = settings
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
         self._running: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.pid = os.getpid()
 
     @classmethod
-    def of(cls, settings: RunSettings) -> Heartbeat:
-        """This process's heartbeat for runs with ``settings`` (made anew in a forked child)."""
+    def of(cls, publisher: Publisher) -> Heartbeat:
+        """This process's heartbeat for ``publisher``'s runs (made anew in a forked child)."""
         with _HEARTBEATS_LOCK:
-            heartbeat = _HEARTBEATS.get(settings)
+            heartbeat = _HEARTBEATS.get(publisher)
             if heartbeat is None or heartbeat.pid != os.getpid():
-                heartbeat = _HEARTBEATS[settings] = cls(settings)
+                heartbeat = _HEARTBEATS[publisher] = cls(publisher)
         return heartbeat
 
     def add(self, run: Run) -> None:
@@ -58,10 +58,10 @@ class Heartbeat:
                 del self._running[run.task_id]
 
     def _loop(self) -> None:
-        interval = self.settings.heartbeat_interval.total_seconds()
+        interval = self.publisher.options.heartbeat_interval.total_seconds()
         while True:
             try:
-                with self.settings.store.subscribe_stops() as listen:
+                with self.publisher.store.subscribe_stops() as listen:
                     self._beat_while(listen, interval)
             except QueueStoreError as exc:
                 log.warning("heartbeat: %s; retrying", exc)
@@ -69,7 +69,7 @@ class Heartbeat:
 
     def _beat_while(self, listen: Listener, interval: float) -> None:
         next_beat = 0.0
-        report_every = self.settings.report_interval.total_seconds()
+        report_every = self.publisher.options.report_interval.total_seconds()
         while True:
             now = time.monotonic()
             if now >= next_beat:
@@ -91,7 +91,7 @@ class Heartbeat:
     def _beat(self) -> None:
         with self._lock:
             running = list(self._running.values())
-        store, lease = self.settings.store, self.settings.lease
+        store, lease = self.publisher.store, self.publisher.options.lease
         for run in running:
             try:
                 run.observe(store.heartbeat(run.task_id, run.worker_id, lease))
@@ -99,5 +99,5 @@ class Heartbeat:
                 run.stop()
 
 
-_HEARTBEATS: weakref.WeakKeyDictionary[RunSettings, Heartbeat] = weakref.WeakKeyDictionary()
+_HEARTBEATS: weakref.WeakKeyDictionary[Publisher, Heartbeat] = weakref.WeakKeyDictionary()
 _HEARTBEATS_LOCK = threading.Lock()

@@ -25,24 +25,22 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
 from typing import Any
 
 from celery import Celery, bootsteps
 from celery.signals import task_unknown
 from celery.worker import state
 
+from queuestore.broker.publisher import Publisher
+from queuestore.broker.transports import is_redis
 from queuestore.core.errors import InvalidTransition, StoreUnavailable, TaskConflict, TaskNotFound
 from queuestore.core.models import TaskStatus
-from queuestore.run.registry import registered_job, settings_of
+from queuestore.run.registry import registered_job
 
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.5
 """How often the hold looks at the worker's running requests."""
-
-REDIS_SCHEMES = ("redis://", "rediss://", "sentinel://", "redis+socket://")
-"""Broker URLs of kombu's Redis transport."""
 
 
 def install(app: Celery) -> None:
@@ -64,7 +62,7 @@ def fail_unknown_job(sender: Any = None, name: str = "", id: str = "", **_: Any)
     if app is None or not id:
         return
     try:
-        store = settings_of(app).store
+        store = Publisher.of(app).store
         task = store.get(id)
         if task.status is not TaskStatus.SUBMITTED or task.name != name:
             return
@@ -152,14 +150,14 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
             return False
         if registered_job(app, request.name) is None:
             return False
-        ack_after = settings_of(app).ack_after.total_seconds()
+        ack_after = Publisher.of(app).options.ack_after.total_seconds()
         return bool(time.time() - request.time_start >= ack_after)
 
     @staticmethod
     def _claimed(app: Celery, task_id: str) -> bool:
         """Whether the store owns the task now: a run claimed it, or it is already over."""
         try:
-            task = settings_of(app).store.get(task_id)
+            task = Publisher.of(app).store.get(task_id)
         except TaskNotFound:
             return True  # deleted: nothing left for the message to deliver
         except StoreUnavailable:
@@ -201,8 +199,8 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
                 "timeout; queuestore's default is 1",
                 conf.worker_prefetch_multiplier,
             )
-        if str(conf.broker_url or "").startswith(REDIS_SCHEMES):
-            lease = settings_of(c.app).lease.total_seconds()
+        if is_redis(c.app):
+            lease = Publisher.of(c.app).options.lease.total_seconds()
             visibility = (conf.broker_transport_options or {}).get("visibility_timeout", 3600)
             if visibility > 2 * lease:
                 log.warning(
@@ -212,30 +210,3 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
                     visibility,
                     lease,
                 )
-
-
-def redis_transport_options(lease: timedelta) -> dict[str, float]:
-    """Kombu Redis options that follow the lease, so a dead worker's messages run again soon.
-
-    A message a killed worker had fetched (running, or prefetched and waiting)
-    goes back to its queue ``visibility_timeout`` after it was fetched; kombu
-    looks for such messages every ``unacked_restore_interval``. The visibility
-    timeout is the lease: a live run's message is acknowledged at ``ack_after``
-    (half the lease by default), well before it.
-    """
-    seconds = lease.total_seconds()
-    return {
-        "visibility_timeout": seconds,
-        "unacked_restore_interval": max(1.0, min(10.0, seconds / 3)),
-        "unacked_restore_throttle": 1,
-    }
-
-
-def follow_lease(app: Celery, lease: timedelta) -> None:
-    """Set ``app``'s Redis transport options from the lease, where the app set none."""
-    if not str(app.conf.broker_url or "").startswith(REDIS_SCHEMES):
-        return
-    options = dict(app.conf.broker_transport_options or {})
-    for key, value in redis_transport_options(lease).items():
-        options.setdefault(key, value)
-    app.conf.broker_transport_options = options

@@ -5,20 +5,18 @@ lease), call the function with a :class:`TaskContext` and the task's input,
 and write the outcome back, fenced by the lease so that a cancelled task, or
 one that another worker took over, cannot be changed by this run.
 
-The run side (this module, :mod:`queuestore.run.lease`, :mod:`queuestore.run.context`,
-:mod:`queuestore.run.heartbeat`) never imports :mod:`queuestore.submit.queue`: it finds
-the store and the intervals of its runs in :mod:`queuestore.run.registry`, where the
-app's ``TaskQueue`` bound them.
+A worker finds the store, the options and the publishing of its app's runs
+in ``Publisher.of(app)`` (:mod:`queuestore.broker.publisher`), which the app's
+``TaskQueue`` bound; the run side never imports the callers' side.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
+from queuestore.broker.publisher import Publisher
 from queuestore.core.errors import (
     InvalidTaskData,
     InvalidTransition,
@@ -36,12 +35,13 @@ from queuestore.core.errors import (
 from queuestore.core.logs import task_context
 from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
+from queuestore.run import hold
 from queuestore.run.context import InputRequested, TaskContext
 from queuestore.run.heartbeat import Heartbeat
-from queuestore.run.hold import install as install_message_hold
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
-from queuestore.run.registry import RunSettings, register_job, registered_job, settings_of
+from queuestore.run.registry import Job, register_job, registered_job
+from queuestore.store.pending import is_pending
 
 __all__ = [
     "InputRequested",
@@ -58,32 +58,6 @@ log = logging.getLogger(__name__)
 
 _EARLY_AGAIN = 0.5
 """The shortest wait before an early message's task is offered again, in seconds."""
-
-
-@dataclass
-class Job:
-    """A function registered as a queuestore job on a Celery app."""
-
-    name: str
-    function: Callable[..., Any]
-    celery_task: Any = field(repr=False)
-    retry: Retry | None = None
-    """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
-
-    def __call__(self, ctx: TaskContext, *args: Any, **kwargs: Any) -> Any:
-        """Call the function directly (in tests), with a context of your own."""
-        return self.function(ctx, *args, **kwargs)
-
-    def check_input(self, payload: Mapping[str, Any]) -> None:
-        """Refuse input the function cannot take, before anything is written.
-
-        Raises:
-            InvalidTaskData: unknown or missing keyword arguments.
-        """
-        try:
-            inspect.signature(self.function).bind(None, **payload)
-        except TypeError as exc:
-            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
 
 
 def job(
@@ -115,11 +89,11 @@ def job(
         def run(celery_task: Any, task_id: str) -> None:
             try:
                 with task_context(task_id, job_name):
-                    execute(settings_of(app), registered, task_id)
+                    execute(Publisher.of(app), registered, task_id)
             except StoreUnavailable as exc:
                 # Below ack_after: a message held for its countdown (unacknowledged)
                 # must not outlive the broker's visibility timeout, set from the lease.
-                cap = max(settings_of(app).ack_after.total_seconds(), 1.0)
+                cap = max(Publisher.of(app).options.ack_after.total_seconds(), 1.0)
                 countdown = min(2.0**celery_task.request.retries, cap)
                 log.warning(
                     "task %s: store unavailable (%s); retry in %.0fs",
@@ -137,7 +111,7 @@ def job(
             raise TypeError("retry must be a queuestore.Retry")
         registered = Job(job_name, function, celery_task, retry)
         register_job(app, registered)
-        install_message_hold(app)
+        hold.install(app)
         return registered
 
     return register
@@ -148,24 +122,26 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None:
+def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
     """Run one job for ``task_id`` if this run can claim it; return the task as left.
 
-    ``settings`` is the app's ``TaskQueue`` (or anything with its store and
-    intervals). Returns None when the claim failed: the message was a
+    ``publisher`` is the app's (``Publisher.of(app)``): its store, options and
+    publishing. Returns None when the claim failed: the message was a
     duplicate, the task was cancelled, parked or deleted before it started, or
     its owner or job was at its concurrency limit (the task waits for a slot).
     A run that ends hands its slot on to a task waiting for it.
     """
     interrupts.install()
-    heartbeat = Heartbeat.of(settings)
+    heartbeat = Heartbeat.of(publisher)
     with interrupts.deferred(then_raise=False):
         worker_id = new_worker_id()
-        task = settings.store.claim(task_id, worker_id, settings.lease, limits=settings.limits)
+        task = publisher.store.claim(
+            task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
+        )
         if task is None:
-            _after_refusal(settings, task_id)
+            _after_refusal(publisher, task_id)
             return None
-        run = Run(settings, task, worker_id)
+        run = Run(publisher, task, worker_id)
         heartbeat.add(run)
     try:
         with interrupts.running(lambda: run.stopped):
@@ -176,11 +152,11 @@ def execute(settings: RunSettings, registered: Job, task_id: str) -> Task | None
     with interrupts.deferred(then_raise=False):
         policy = _retrying(registered, run, outcome)
         left = _record(run, outcome) if policy is None else _record_retry(run, outcome, policy)
-        _hand_off(settings, run.task)
+        _hand_off(publisher, run.task)
         return left
 
 
-def _after_refusal(settings: RunSettings, task_id: str) -> None:
+def _after_refusal(publisher: Publisher, task_id: str) -> None:
     """After a refused claim: let a task at its limit wait, or publish an early one again.
 
     A task refused at its concurrency limit waits in the store without a
@@ -191,23 +167,21 @@ def _after_refusal(settings: RunSettings, task_id: str) -> None:
     message, a cancelled, parked or deleted task) drops the message.
     """
     try:
-        task = settings.store.get(task_id)
+        task = publisher.store.get(task_id)
     except TaskNotFound:
         task = None
-    if (
-        task is None
-        or task.worker_id is not None
-        or task.status not in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
-    ):
+    if task is None or not is_pending(task):
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
         return
     # Unclaimed and pending, yet refused: at its limit, or before its start.
-    if settings.limits.applies(task) and (task.run_at is None or _at_limit(settings, task)):
+    if publisher.options.limits.applies(task) and (
+        task.run_at is None or _at_limit(publisher, task)
+    ):
         log.info("task %s waits for a slot: its owner or job is at its concurrency limit", task_id)
-        waits = settings.store.wait_for_slot(task.id, version=task.version) is not None
+        waits = publisher.store.wait_for_slot(task.id, version=task.version) is not None
         # A run that ended since the claim's count may have handed its slot to no one.
-        if waits and not _at_limit(settings, task):
-            _hand_off(settings, task)
+        if waits and not _at_limit(publisher, task):
+            _hand_off(publisher, task)
         return
     if task.run_at is None:
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
@@ -216,19 +190,19 @@ def _after_refusal(settings: RunSettings, task_id: str) -> None:
     # ahead of it: wait at least a moment, not a busy loop.
     wait = max((task.run_at - datetime.now(UTC)).total_seconds(), _EARLY_AGAIN)
     log.info("task %s: its message came before its start; published again in %.3fs", task_id, wait)
-    settings.try_publish(task, countdown=wait)
+    publisher.try_publish(task, countdown=wait)
 
 
-def _at_limit(settings: RunSettings, task: Task) -> bool:
+def _at_limit(publisher: Publisher, task: Task) -> bool:
     """Whether ``task``'s owner or job has no free slot now."""
-    return settings.limits.slots(settings.store.running_counts()).full(task)
+    return publisher.options.limits.slots(publisher.store.running_counts()).full(task)
 
 
-def _hand_off(settings: RunSettings, ended: Task) -> None:
+def _hand_off(publisher: Publisher, ended: Task) -> None:
     """Publish the tasks waiting for the slot ``ended`` held; in a store outage the
     sweep does it later."""
     try:
-        settings.hand_off(ended)
+        publisher.hand_off(ended)
     except StoreUnavailable as exc:
         log.warning("the slot of task %s is not handed on (%s); the sweep will", ended.id, exc)
 
@@ -273,7 +247,7 @@ def _failure(exc: BaseException) -> _Outcome:
 
 def _was_taken(run: Run) -> bool:
     try:
-        run.observe(run.settings.store.get(run.task_id))
+        run.observe(run.publisher.store.get(run.task_id))
     except TaskNotFound:
         return True
     return run.stopped
@@ -299,7 +273,7 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
 
     def write() -> Task:
         run.write()
-        return run.settings.store.retry(
+        return run.publisher.store.retry(
             run.task_id,
             run.worker_id,
             error=error,
@@ -321,8 +295,8 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
         wait.total_seconds(),
         extra={"task_id": run.task_id, "job": task.name},
     )
-    if wait <= run.settings.schedule_ahead:
-        run.settings.try_publish(task)
+    if wait <= run.publisher.options.schedule_ahead:
+        run.publisher.try_publish(task)
     return task
 
 
@@ -349,3 +323,18 @@ def _write_outcome(run: Run, outcome: _Outcome) -> Task | None:
     except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
         log.info("task %s changed under its run (%s); outcome dropped", run.task_id, exc)
     return None
+
+
+def prepare_worker(app: Celery) -> None:
+    """Make ``app``'s worker processes ready for runs: a forked pool process drops the
+    connections its store inherited from the parent before its first run."""
+    from celery.signals import worker_process_init
+
+    def forget_parent_connections(**_: Any) -> None:
+        try:
+            publisher = Publisher.of(app)
+        except RuntimeError:
+            return
+        publisher.store.after_fork()
+
+    worker_process_init.connect(forget_parent_connections, weak=False)

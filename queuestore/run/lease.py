@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from queuestore.broker.publisher import Publisher
 from queuestore.core.errors import (
     InvalidTaskData,
     InvalidTransition,
@@ -26,7 +27,6 @@ from queuestore.core.errors import (
 from queuestore.core.logs import about
 from queuestore.core.models import Artifact, Task, TaskStatus
 from queuestore.run.interrupts import interrupts
-from queuestore.run.registry import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,17 @@ class Run:
     """One run of a job on a claimed task, shared by the job's thread and the heartbeat's.
 
     Args:
-        settings: the store and the intervals (a ``TaskQueue``).
+        publisher: the app's publisher: its store, options and publishing.
         task: the task as the claim returned it.
         worker_id: the run's fencing token, the one it claimed the task with.
     """
 
-    def __init__(self, settings: RunSettings, task: Task, worker_id: str) -> None:
-        self.settings = settings
+    def __init__(self, publisher: Publisher, task: Task, worker_id: str) -> None:
+        self.publisher = publisher
         self.worker_id = worker_id
         self._task = task
         self._stopped = threading.Event()
-        self._interval = settings.report_interval.total_seconds()
+        self._interval = publisher.options.report_interval.total_seconds()
         # What the job reported and no write carried yet, guarded by _state.
         self._state = threading.Lock()
         self._values: dict[str, Any] = {}
@@ -154,7 +154,7 @@ class Run:
             if not values and not artifacts and not outcome:
                 return self._task
             try:
-                task = self.settings.store.report(
+                task = self.publisher.store.report(
                     self.task_id,
                     self.worker_id,
                     known=self._task,

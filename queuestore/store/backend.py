@@ -1,10 +1,14 @@
-"""The rules every store shares, and the primitives a backend implements.
+"""What a backend implements (:class:`StoreBackend`), and the rules every verb applies through it.
 
 A backend implements a handful of primitives (insert, fetch, one compare-and-set
-write, a keyset page, deletes). The rules that turn a verb into those
-primitives -- the transition a write makes, owner scoping, value checks,
-explaining a refused compare-and-set, retrying a lost race -- live here once,
-so the in-memory and SQL stores cannot drift apart.
+write, a keyset page, deletes), each taking the values this module defines
+(:class:`NewTask`, :class:`Write`, :class:`ListQuery`, :class:`SweepFilter`).
+The rules that turn a verb into those primitives -- the transition a write
+makes, owner scoping, value checks, explaining a refused compare-and-set,
+retrying a lost race -- live here once, so the in-memory and SQL stores
+cannot drift apart. The verbs themselves are in :mod:`queuestore.store.base`
+(the callers'), :mod:`queuestore.store.runs` (a run's) and
+:mod:`queuestore.store.deliveries` (push).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from queuestore.core.errors import (
 )
 from queuestore.core.models import (
     LIVE,
+    PARKED,
     TERMINAL,
     Artifact,
     Task,
@@ -41,8 +46,8 @@ from queuestore.core.models import (
     sources_of,
 )
 from queuestore.core.owner import Owner, OwnerScope
+from queuestore.core.urls import UrlPolicy
 from queuestore.core.watch import ChangeFeed, Listener, StatusChange
-from queuestore.push.webhooks import UrlPolicy
 from queuestore.store.observer import StoreObserver
 
 
@@ -59,8 +64,6 @@ UNSET: Final = _Unset.UNSET
 Unset = Literal[_Unset.UNSET]
 
 _RACE_RETRIES: Final = 50
-_PENDING_STATUSES: Final = frozenset({TaskStatus.SUBMITTED, TaskStatus.WORKING})
-_PARKED: Final = frozenset({TaskStatus.INPUT_REQUIRED, TaskStatus.AUTH_REQUIRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +208,7 @@ class ListQuery:
         return json.dumps(parts, separators=(",", ":"))
 
 
-class StoreCore(ABC):
+class StoreBackend(ABC):
     """What every store is built on: the backend primitives and the rules that use them.
 
     Backends implement the abstract primitives; :class:`~queuestore.store.base.TaskStore`
@@ -402,7 +405,7 @@ class StoreCore(ABC):
             values=values,
             expected_version=expected_version,
             fence=fence,
-            release=target in TERMINAL or target in _PARKED,
+            release=target in TERMINAL or target in PARKED,
             mark_started=target is TaskStatus.WORKING,
             mark_finished=target in TERMINAL,
         )

@@ -25,6 +25,7 @@ from queuestore.core.errors import (
 )
 from queuestore.core.models import (
     LIVE,
+    PARKED,
     Artifact,
     Task,
     TaskError,
@@ -35,15 +36,14 @@ from queuestore.core.models import (
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.watch import Listener, StatusChange, Watch
 from queuestore.store.backend import (
-    _PARKED,
     UNSET,
     ListQuery,
     NewTask,
     Unset,
     Write,
 )
-from queuestore.store.deliveries import CallbackProtocol
-from queuestore.store.runs import WorkerProtocol, lost_runs
+from queuestore.store.deliveries import DeliveryVerbs
+from queuestore.store.runs import RunVerbs, lost_runs
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 
-class TaskStore(WorkerProtocol, CallbackProtocol):
+class TaskStore(RunVerbs, DeliveryVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:
@@ -97,7 +97,7 @@ class TaskStore(WorkerProtocol, CallbackProtocol):
         ``job`` says what runs it. True (the default): a Celery job, which
         :meth:`TaskQueue.submit <queuestore.TaskQueue.submit>` publishes; until a
         mark records that its message went out, the sweep publishes
-        it, and the outbox backlog counts it. False: a record that something
+        it, and the unpublished count counts it. False: a record that something
         else runs (an A2A agent in its server process); the sweep never
         publishes it and the backlog never counts it.
 
@@ -415,7 +415,7 @@ class TaskStore(WorkerProtocol, CallbackProtocol):
         answer = check.json_value(answer, "answer", self.max_payload_bytes)
         resumed = Write(
             scope=self._scope(owner),
-            from_statuses=_PARKED,
+            from_statuses=PARKED,
             status=TaskStatus.WORKING,
             release=True,
             mark_started=True,

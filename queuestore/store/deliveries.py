@@ -1,11 +1,11 @@
-"""The push verbs of every store: callbacks on a task, and the outbox of their deliveries.
+"""Push verbs of every store (:class:`DeliveryVerbs`): callbacks on a task, and their deliveries.
 
-A callback is registered on a task (:meth:`CallbackProtocol.add_callback`).
+A callback is registered on a task (:meth:`DeliveryVerbs.add_callback`).
 From then on every status change it wants is committed as a delivery in the
 transaction of the change: by a trigger on the SQL stores (migration 0009),
 under the one lock in memory. A :class:`~queuestore.push.deliverer.Deliverer` takes
-the deliveries that are due (:meth:`~CallbackProtocol.take_deliveries`), sends
-them and settles each (:meth:`~CallbackProtocol.settle_delivery`).
+the deliveries that are due (:meth:`~DeliveryVerbs.take_deliveries`), sends
+them and settles each (:meth:`~DeliveryVerbs.settle_delivery`).
 
 The order of one callback's deliveries is its task's order of changes: only
 the oldest pending delivery of a callback is ever taken, so a later status is
@@ -36,9 +36,9 @@ from queuestore.core.callbacks import (
 from queuestore.core.errors import InvalidTaskData, TaskNotFound
 from queuestore.core.models import TaskStatus
 from queuestore.core.owner import ANY, Owner, OwnerScope
+from queuestore.core.urls import UrlPolicy
 from queuestore.core.watch import Listener
-from queuestore.push.webhooks import UrlPolicy
-from queuestore.store.backend import StoreCore
+from queuestore.store.backend import StoreBackend
 
 _CALLBACK_ID = re.compile(CALLBACK_ID_PATTERN)
 _MAX_SECRET = 4096
@@ -80,7 +80,7 @@ class Settlement:
         return cls(DeliveryState.DEAD, response_status, error[:1000])
 
 
-class CallbackProtocol(StoreCore):
+class DeliveryVerbs(StoreBackend):
     """Callbacks and deliveries: part of every :class:`~queuestore.store.base.TaskStore`."""
 
     url_policy: UrlPolicy

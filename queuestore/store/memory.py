@@ -26,6 +26,7 @@ from queuestore.store.backend import (
 )
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement, catch_up
+from queuestore.store.pending import is_pending
 
 
 class InMemoryTaskStore(TaskStore):
@@ -46,7 +47,7 @@ class InMemoryTaskStore(TaskStore):
         self._listeners: list[list[StatusChange]] = []
         # Push: each task's callbacks by id, with their keys; the deliveries by id.
         self._callbacks_of: dict[str, dict[str, tuple[str, Callback]]] = {}
-        self._outbox: dict[int, tuple[str, Delivery]] = {}
+        self._delivery_rows: dict[int, tuple[str, Delivery]] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -144,8 +145,8 @@ class InMemoryTaskStore(TaskStore):
     def _forget(self, task_id: str) -> None:
         del self._tasks[task_id]
         self._callbacks_of.pop(task_id, None)
-        for delivery_id in [i for i, (_, d) in self._outbox.items() if d.task_id == task_id]:
-            del self._outbox[delivery_id]
+        for delivery_id in [i for i, (_, d) in self._delivery_rows.items() if d.task_id == task_id]:
+            del self._delivery_rows[delivery_id]
         self._expires.pop(task_id, None)
         self._published.pop(task_id, None)
         self._records.discard(task_id)
@@ -215,7 +216,7 @@ class InMemoryTaskStore(TaskStore):
         for key, callback in self._callbacks_of.get(task.id, {}).values():
             mine = callback.owner == task.owner  # as the trigger's condition
             if (only is None or key == only) and mine and callback.wants(task.status):
-                delivery_id = max(self._outbox, default=0) + 1
+                delivery_id = max(self._delivery_rows, default=0) + 1
                 delivery = Delivery(
                     id=delivery_id,
                     event_id=event_id(key, task.version),
@@ -228,7 +229,7 @@ class InMemoryTaskStore(TaskStore):
                     next_try_at=task.updated_at,
                     task=snapshot(task),
                 )
-                self._outbox[delivery_id] = (key, delivery)
+                self._delivery_rows[delivery_id] = (key, delivery)
         self._changed.notify_all()
 
     def _add_callback(
@@ -267,14 +268,14 @@ class InMemoryTaskStore(TaskStore):
             keys = {key for _, key in gone}
             for known, _ in gone:
                 del callbacks[known]
-            for delivery_id, (key, delivery) in list(self._outbox.items()):
+            for delivery_id, (key, delivery) in list(self._delivery_rows.items()):
                 if key in keys and delivery.state is DeliveryState.PENDING:
-                    del self._outbox[delivery_id]
+                    del self._delivery_rows[delivery_id]
             return len(gone)
 
     def _deliveries(self, task_id: str) -> list[Delivery]:
         with self._changed:
-            entries = sorted(self._outbox.items())
+            entries = sorted(self._delivery_rows.items())
             urls = {key: c.url for key, c in self._callbacks_of.get(task_id, {}).values()}
         return [
             delivery.model_copy(update={"url": urls.get(key, delivery.url)})
@@ -284,7 +285,7 @@ class InMemoryTaskStore(TaskStore):
 
     def _revive(self, task_id: str, delivery_id: int) -> Delivery | None:
         with self._changed:
-            key, delivery = self._outbox.get(delivery_id, ("", None))
+            key, delivery = self._delivery_rows.get(delivery_id, ("", None))
             if (
                 delivery is None
                 or delivery.task_id != task_id
@@ -294,7 +295,7 @@ class InMemoryTaskStore(TaskStore):
             revived = delivery.model_copy(
                 update={"state": DeliveryState.PENDING, "next_try_at": self._now()}
             )
-            self._outbox[delivery_id] = (key, revived)
+            self._delivery_rows[delivery_id] = (key, revived)
             self._changed.notify_all()
             return revived
 
@@ -302,7 +303,7 @@ class InMemoryTaskStore(TaskStore):
         with self._changed:
             now = self._now()
             heads: dict[str, tuple[int, Delivery]] = {}
-            for delivery_id, (key, delivery) in sorted(self._outbox.items()):
+            for delivery_id, (key, delivery) in sorted(self._delivery_rows.items()):
                 if delivery.state is DeliveryState.PENDING and key not in heads:
                     heads[key] = (delivery_id, delivery)
             due = sorted(
@@ -315,7 +316,7 @@ class InMemoryTaskStore(TaskStore):
             )[:limit]
             taken = []
             for delivery_id, delivery in due:
-                key = self._outbox[delivery_id][0]
+                key = self._delivery_rows[delivery_id][0]
                 callback = next(
                     c for k, c in self._callbacks_of[delivery.task_id].values() if k == key
                 )
@@ -326,13 +327,13 @@ class InMemoryTaskStore(TaskStore):
                         "url": callback.url,
                     }
                 )
-                self._outbox[delivery_id] = (key, held)
+                self._delivery_rows[delivery_id] = (key, held)
                 taken.append(Outgoing(held, callback))
             return taken
 
     def _settle(self, delivery_id: int, tries: int, settlement: Settlement) -> bool:
         with self._changed:
-            key, delivery = self._outbox.get(delivery_id, ("", None))
+            key, delivery = self._delivery_rows.get(delivery_id, ("", None))
             if (
                 delivery is None
                 or delivery.state is not DeliveryState.PENDING
@@ -342,7 +343,7 @@ class InMemoryTaskStore(TaskStore):
             delivered = settlement.state is DeliveryState.DELIVERED
             if settlement.retry_at is not None:  # the callback's later ones wait behind it
                 self._hold_back(key, delivery_id, settlement.retry_at)
-            self._outbox[delivery_id] = (
+            self._delivery_rows[delivery_id] = (
                 key,
                 delivery.model_copy(
                     update={
@@ -359,16 +360,16 @@ class InMemoryTaskStore(TaskStore):
 
     def _hold_back(self, key: str, after: int, until: datetime) -> None:
         """Make the callback's pending deliveries after ``after`` due no earlier than ``until``."""
-        for delivery_id, (other_key, other) in list(self._outbox.items()):
+        for delivery_id, (other_key, other) in list(self._delivery_rows.items()):
             due = other.next_try_at
             later = other_key == key and delivery_id > after
             if later and other.state is DeliveryState.PENDING and due is not None and due < until:
                 held = other.model_copy(update={"next_try_at": until})
-                self._outbox[delivery_id] = (key, held)
+                self._delivery_rows[delivery_id] = (key, held)
 
     def _count_deliveries(self) -> dict[DeliveryState, int]:
         with self._changed:
-            return dict(Counter(delivery.state for _, delivery in self._outbox.values()))
+            return dict(Counter(delivery.state for _, delivery in self._delivery_rows.values()))
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._changed:
@@ -403,8 +404,7 @@ class InMemoryTaskStore(TaskStore):
             pending = [
                 task
                 for task in self._tasks.values()
-                if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
-                and task.worker_id is None
+                if is_pending(task)
                 and task.id not in self._records
                 and due(task)
                 and (among is None or among.admits(task))
@@ -425,8 +425,7 @@ class InMemoryTaskStore(TaskStore):
             return sum(
                 1
                 for task in self._tasks.values()
-                if task.status in (TaskStatus.SUBMITTED, TaskStatus.WORKING)
-                and task.worker_id is None
+                if is_pending(task)
                 and task.id not in self._published
                 and task.id not in self._records
                 and (task.updated_at if task.run_at is None else task.run_at) <= before

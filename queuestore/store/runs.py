@@ -1,8 +1,8 @@
-"""The worker protocol: how a worker claims a task, keeps it, reports on it and loses it.
+"""A run's verbs: how a worker claims a task, keeps it, reports on it and loses it.
 
-These verbs are part of every :class:`~queuestore.store.base.TaskStore`; they
-live apart from the callers' verbs because only workers, the reaper and the
-sweep use them.
+These verbs (:class:`RunVerbs`) are part of every
+:class:`~queuestore.store.base.TaskStore`; they live apart from the callers'
+verbs because only workers, the reaper and the sweep use them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from queuestore.core.errors import (
     TaskNotFound,
 )
 from queuestore.core.models import (
+    PARKED,
     TERMINAL,
     Artifact,
     Task,
@@ -30,18 +31,17 @@ from queuestore.core.models import (
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
-    _PARKED,
-    _PENDING_STATUSES,
     UNSET,
-    StoreCore,
+    StoreBackend,
     SweepFilter,
     Unset,
     Write,
 )
+from queuestore.store.pending import PENDING_STATUSES
 
 
-class WorkerProtocol(StoreCore):
-    """Claim, heartbeat, report and reap: a run's life under a lease, and the outbox marks."""
+class RunVerbs(StoreBackend):
+    """Claim, heartbeat, report and reap: a run's life under a lease, and the publish marks."""
 
     def claim(
         self,
@@ -65,7 +65,7 @@ class WorkerProtocol(StoreCore):
         """
         write = Write(
             scope=OwnerScope(unscoped=True),
-            from_statuses=_PENDING_STATUSES,
+            from_statuses=PENDING_STATUSES,
             status=TaskStatus.WORKING,
             fence=None,
             claim=(check.worker_id(worker_id), _lease(lease)),
@@ -87,7 +87,7 @@ class WorkerProtocol(StoreCore):
         """
         write = Write(
             scope=OwnerScope(unscoped=True),
-            from_statuses=_PENDING_STATUSES,
+            from_statuses=PENDING_STATUSES,
             expected_version=check.positive_int(version, "version"),
             fence=None,
             release=True,
@@ -135,7 +135,7 @@ class WorkerProtocol(StoreCore):
                 return [
                     (task_id, status)
                     for task_id, status in listen(seconds)
-                    if status in TERMINAL or status in _PARKED
+                    if status in TERMINAL or status in PARKED
                 ]
 
             yield stops

@@ -1,10 +1,11 @@
-"""The caller's side of the Celery flow: submit, cancel, resume and wait for tasks.
+"""The callers' verbs: submit, cancel, resume and wait for tasks.
 
 ``submit`` is a transactional outbox: the task is committed first and the
-message published after, with the Celery task id equal to the task id. When
-the broker is down the task stays ``submitted`` and the sweep (a
-beat task) publishes it later; the worker's claim makes a second message
-harmless, so nothing is lost and nothing runs twice.
+message published after (:mod:`queuestore.broker.publisher`), with the Celery
+task id equal to the task id. When the broker is down the task stays
+``submitted`` and the sweep (a beat task, :mod:`queuestore.beat.sweep`)
+publishes it later; the worker's claim makes a second message harmless, so
+nothing is lost and nothing runs twice.
 
 A scheduled task (``run_at`` or ``delay``) keeps its start time in its row.
 Its message goes out only as the start comes near, within ``schedule_ahead``,
@@ -15,42 +16,30 @@ for longer than ``schedule_ahead``, so a long delay is as durable as the row.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import Celery
-from kombu.exceptions import OperationalError as KombuOperationalError
 from pydantic import ValidationError
 
-from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SWEEP_TASK
-from queuestore.broker.marks import PublishMarks
+from queuestore.beat import schedule
+from queuestore.beat.reaper import reap
+from queuestore.beat.sweep import sweep
+from queuestore.broker.publisher import BROKER_ERRORS, Publisher
 from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.core.concurrency import NO_LIMITS, ConcurrencyLimits
-from queuestore.core.errors import (
-    BrokerUnavailable,
-    CallbackRefused,
-    InvalidTaskData,
-    QueueStoreError,
-    StoreUnavailable,
-)
-from queuestore.core.logs import about
+from queuestore.core.errors import CallbackRefused, InvalidTaskData, QueueStoreError
+from queuestore.core.logs import quiet_revoke_bookkeeping
 from queuestore.core.models import Task, new_task_id
+from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
-from queuestore.core.validation import MAX_PRIORITY
-from queuestore.run.hold import REDIS_SCHEMES, follow_lease
-from queuestore.run.registry import bind_settings, registered_job
-from queuestore.store.base import TaskStore, lost_runs
+from queuestore.run.job import prepare_worker
+from queuestore.run.registry import registered_job, registered_names
+from queuestore.store.base import TaskStore
 
 log = logging.getLogger(__name__)
-
-_PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
-_BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
-
-_QUEUES: weakref.WeakKeyDictionary[Celery, TaskQueue] = weakref.WeakKeyDictionary()
 
 
 class TaskQueue:
@@ -66,39 +55,44 @@ class TaskQueue:
             artifacts are written, batched, by the worker's heartbeat thread;
             whatever is left goes with the outcome. Zero writes each report
             before the job's call returns.
-        max_lost_runs: runs a task gets when its workers keep dying.
+        max_lost_runs: runs a task may lose to dying workers before it fails
+            with ``WorkerLost``.
         terminate_on_cancel: send ``revoke(terminate=True, signal="SIGUSR1")``
             on cancel, which interrupts a job on the prefork pool at once (it
             sees :class:`celery.exceptions.SoftTimeLimitExceeded`). Turn it off
             for solo, threads or gevent pools, where the job sees the cancel at
             its next heartbeat or write.
-        publish_grace: how old an unpublished task must be before the
-            sweep publishes it, so it does not race ``submit``.
-            A published task's publish mark is written after half of it,
-            and only if no worker claimed the task by then.
+        publish_grace: how old an unpublished task must be before the sweep
+            publishes it, so it does not race ``submit``. A published task's
+            publish mark is written after half of it, and only if no worker
+            claimed the task by then.
         republish_after: publish again a task whose message went out this
             long ago and was never claimed (a broker that lost it); None never does.
         ack_after: how long a run goes before its message is acknowledged
             (once the store shows the task claimed), so that no broker timeout
             redelivers a long job; half the lease by default. On Redis the
             broker's visibility timeout is set to the lease unless the app sets
-            one (see :func:`queuestore.run.hold.redis_transport_options`).
+            one (see :func:`queuestore.broker.transports.redis_transport_options`).
         priorities: the brokers honour task priorities (``submit(priority=...)``):
             the messages carry them, and the app's queues must be declared for
             them (``Settings(priorities=True)`` configures the app; see
-            :func:`priority_config`). Without it the sweep still publishes
-            the most urgent waiting tasks first, but the broker delivers in order.
+            :func:`~queuestore.broker.transports.priority_config`). Without it
+            the sweep still publishes the most urgent waiting tasks first, but
+            the broker delivers in order.
         schedule_ahead: how long before a scheduled task's start its message
             is published, with a countdown to the start. It must be longer than
-            the sweep's interval, so that every start is published
-            on time, and shorter than ``lease - ack_after``, so that Redis does
-            not hand a message waiting for its start to a second worker. By
-            default 12 s, or less where the lease leaves less.
+            the sweep's interval, so that every start is published on time,
+            and shorter than ``lease - ack_after``, so that Redis does not hand
+            a message waiting for its start to a second worker. By default
+            12 s, or less where the lease leaves less.
         limits: the most running tasks per owner and per job
-            (:class:`~queuestore.core.concurrency.ConcurrencyLimits`); every process of the
-            app (workers, submitters, beat) must use the same. A task at its
+            (:class:`~queuestore.core.concurrency.ConcurrencyLimits`); every process
+            of the app (workers, submitters, beat) must use the same. A task at its
             limit waits in the store, with no message, until a run of its owner
             or job ends and hands the slot on.
+
+    Raises:
+        ValueError: durations that do not fit together.
     """
 
     def __init__(
@@ -118,58 +112,68 @@ class TaskQueue:
         priorities: bool = False,
         limits: ConcurrencyLimits = NO_LIMITS,
     ) -> None:
-        if not isinstance(limits, ConcurrencyLimits):
-            raise TypeError("limits must be a queuestore.ConcurrencyLimits")
-        if heartbeat_interval >= lease:
-            raise ValueError("heartbeat_interval must be shorter than the lease")
-        ack_after = lease / 2 if ack_after is None else ack_after
-        if not timedelta(0) < ack_after < lease:
-            raise ValueError("ack_after must be more than zero, and shorter than the lease")
-        if not timedelta(0) <= report_interval < lease:
-            raise ValueError("report_interval must be zero or more, and shorter than the lease")
-        if schedule_ahead is None:
-            schedule_ahead = min(timedelta(seconds=12), (lease - ack_after) * 0.9)
-        if not timedelta(0) < schedule_ahead < lease - ack_after:
-            raise ValueError(
-                "schedule_ahead must be more than zero, and shorter than lease - ack_after"
-            )
-        self.store = store
-        self.app = app
-        self.lease = lease
-        self.heartbeat_interval = heartbeat_interval
-        self.report_interval = report_interval
-        self.max_lost_runs = max_lost_runs
-        self.terminate_on_cancel = terminate_on_cancel
-        self.publish_grace = publish_grace
-        self.republish_after = republish_after
-        self.ack_after = ack_after
-        self.schedule_ahead = schedule_ahead
-        self.priorities = priorities
-        self.limits = limits
-        self._redis = str(app.conf.broker_url or "").startswith(REDIS_SCHEMES)
-        self.publish_marks = PublishMarks(store, delay=publish_grace.total_seconds() / 2)
-        _QUEUES[app] = self
-        follow_lease(app, lease)
-        if bind_settings(app, self):  # the app's jobs run with this queue's store and intervals
-            _register_maintenance(app)
+        options = QueueOptions.build(
+            lease=lease,
+            heartbeat_interval=heartbeat_interval,
+            report_interval=report_interval,
+            max_lost_runs=max_lost_runs,
+            terminate_on_cancel=terminate_on_cancel,
+            publish_grace=publish_grace,
+            republish_after=republish_after,
+            ack_after=ack_after,
+            schedule_ahead=schedule_ahead,
+            priorities=priorities,
+            limits=limits,
+        )
+        self.publisher = Publisher(store, app, options)
+        if self.publisher.bind():  # the app's jobs and beat tasks run with this queue
+            schedule.register(app)
+            prepare_worker(app)
+            quiet_revoke_bookkeeping()
 
     @classmethod
     def of(cls, app: Celery) -> TaskQueue:
-        """The queue made for ``app`` in this process.
+        """The queue made for ``app`` in this process (the same publisher, store and options).
 
         Raises:
             RuntimeError: no ``TaskQueue(store, app)`` was created; create it in
                 the module that Celery loads with ``-A``.
         """
-        try:
-            return _QUEUES[app]
-        except KeyError:
-            raise RuntimeError(
-                "no TaskQueue for this Celery app: create TaskQueue(store, app) "
-                "in the module the worker loads"
-            ) from None
+        queue = cls.__new__(cls)
+        queue.publisher = Publisher.of(app)
+        return queue
 
-    # -- caller's verbs -----------------------------------------------------
+    @property
+    def store(self) -> TaskStore:
+        """Where the queue's tasks live."""
+        return self.publisher.store
+
+    @property
+    def app(self) -> Celery:
+        """The Celery app whose workers run the queue's jobs."""
+        return self.publisher.app
+
+    @property
+    def options(self) -> QueueOptions:
+        """The queue's durations and limits, as given to the constructor."""
+        return self.publisher.options
+
+    @property
+    def job_names(self) -> frozenset[str]:
+        """The names of the jobs registered on the queue's app in this process."""
+        return registered_names(self.app)
+
+    def check_input(self, name: str, input: Mapping[str, Any] | None) -> None:
+        """Refuse input the job ``name`` cannot take, where the job is registered here.
+
+        Raises:
+            InvalidTaskData: the input does not fit the job's function.
+        """
+        registered = registered_job(self.app, name)
+        if registered is not None:
+            registered.check_input(input or {})
+
+    # -- callers' verbs -----------------------------------------------------
 
     def submit(
         self,
@@ -224,9 +228,7 @@ class TaskQueue:
             InvalidTaskData: bad arguments, input the registered job cannot
                 take, or both ``run_at`` and ``delay``.
         """
-        registered = registered_job(self.app, name)
-        if registered is not None:
-            registered.check_input(input or {})
+        self.check_input(name, input)
         if callback is not None:
             self.store.url_policy.check_url(callback.url)  # before anything is written
         if unique_key is not None and task_id is None:
@@ -248,9 +250,8 @@ class TaskQueue:
             self._register(task, callback, owner, joined=joined)
         if joined:
             return task  # the live task that holds the key, already on its way
-        starts_soon = task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead
-        if starts_soon and self._with_slots([task]):
-            self.try_publish(task)
+        if self.publisher.starts_soon(task) and self.publisher.admitted([task]):
+            self.publisher.try_publish(task)
         return task
 
     def _register(
@@ -317,26 +318,10 @@ class TaskQueue:
         new = [
             task
             for task, item in zip(created, items, strict=True)
-            if task.id == item["task_id"]
-            and (task.run_at is None or task.run_at <= task.created_at + self.schedule_ahead)
+            if task.id == item["task_id"] and self.publisher.starts_soon(task)
         ]
-        self._publish_all(self._with_slots(new))
+        self.publisher.publish_many(self.publisher.admitted(new))
         return created
-
-    def _with_slots(self, tasks: list[Task]) -> list[Task]:
-        """Of new tasks to publish, those their owners' and jobs' free slots admit, in order.
-
-        Under :attr:`limits` the others wait in the store without a message, as
-        a task the claim refused at its limit waits, for a run that ends to hand
-        its slot on: a flood of one owner's tasks puts no more messages in the
-        broker than the owner has free slots. The tasks were committed before
-        the count, so a run ending in between either is counted as ended, or
-        sees them waiting when it hands its slot on.
-        """
-        if not self.limits or not any(self.limits.applies(task) for task in tasks):
-            return tasks
-        slots = self.limits.slots(self.store.running_counts())
-        return [task for task in tasks if slots.take(task)]
 
     def _creation(self, index: int, item: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments of ``create`` for one item of :meth:`submit_many`."""
@@ -345,10 +330,8 @@ class TaskQueue:
                 "must be a mapping of submit's arguments, with name", field=f"tasks[{index}]"
             )
         arguments = dict(item)
-        registered = registered_job(self.app, arguments["name"])
         try:
-            if registered is not None:
-                registered.check_input(arguments.get("input") or {})
+            self.check_input(arguments["name"], arguments.get("input"))
             arguments["run_at"] = _start(arguments.get("run_at"), arguments.pop("delay", None))
         except InvalidTaskData as exc:
             field = f"tasks[{index}]" if exc.field is None else f"tasks[{index}].{exc.field}"
@@ -372,37 +355,6 @@ class TaskQueue:
             raise CallbackRefused(exc.url, exc.reason, field=f"{field}.url") from None
         return callback
 
-    def _publish_all(self, tasks: list[Task]) -> None:
-        """Publish the messages of ``tasks`` in kombu's publish batches on one connection.
-
-        On Redis a batch is one pipeline of commands per :data:`_PUBLISH_BATCH`
-        messages (kombu's ``Producer.batch``, kombu 5.7 and later; other
-        transports and older kombus publish each at once). Only once every
-        message went out are the publish marks taken: if the broker fails part
-        way, none is marked, and the sweep publishes them all again
-        (the claim drops a second message).
-        """
-        if not tasks:
-            return
-        connection = self.app.connection_for_write()
-        failures = (
-            BrokerUnavailable,
-            *_BROKER_ERRORS,
-            *connection.connection_errors,
-            *connection.channel_errors,
-        )
-        try:
-            with self.app.producer_or_acquire() as producer, _batch(producer):
-                for task in tasks:
-                    self.publish(task, countdown=_countdown(task, None), producer=producer)
-        except failures as exc:
-            log.warning("%d submitted tasks stay queued in the store: %s", len(tasks), exc)
-            return
-        finally:
-            connection.release()
-        for task in tasks:
-            self.publish_marks.add(task)
-
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """Cancel a task: compare-and-set in the store, then revoke its job.
 
@@ -415,11 +367,11 @@ class TaskQueue:
         """
         task = self.store.cancel(task_id, owner=owner, reason=reason)
         try:
-            if self.terminate_on_cancel:
+            if self.options.terminate_on_cancel:
                 self.app.control.revoke(task_id, terminate=True, signal="SIGUSR1")
             else:
                 self.app.control.revoke(task_id)
-        except _BROKER_ERRORS as exc:
+        except BROKER_ERRORS as exc:
             log.warning(
                 "revoke of %s not sent (%s); the worker sees the cancel itself", task_id, exc
             )
@@ -436,8 +388,8 @@ class TaskQueue:
             TaskNotFound: no such task visible to ``owner``.
         """
         task = self.store.provide_input(task_id, answer, owner=owner)
-        if self._with_slots([task]):
-            self.try_publish(task)
+        if self.publisher.admitted([task]):
+            self.publisher.try_publish(task)
         return task
 
     def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
@@ -452,120 +404,35 @@ class TaskQueue:
             raise TimeoutError(f"task {task_id!r} is still {task.status} after {timeout}s")
         return task
 
-    # -- publishing --------------------------------------------------------
-
-    def try_publish(
-        self, task: Task, *, countdown: float | None = None, producer: Any = None
-    ) -> bool:
-        """Publish the message for the task's next run; False if the broker is down.
-
-        A scheduled task's message waits (``countdown``) until its start.
-        ``producer``: a kombu producer to publish with (one connection for many).
-        """
-        try:
-            self.publish(task, countdown=_countdown(task, countdown), producer=producer)
-        except BrokerUnavailable as exc:
-            log.warning(
-                "task %s stays queued in the store: %s", task.id, exc.__cause__, extra=about(task)
-            )
-            return False
-        self.publish_marks.add(task)
-        return True
+    # -- publishing and maintenance, for operators and tests ----------------
 
     def publish(self, task: Task, *, countdown: float | None = None, producer: Any = None) -> None:
-        """Send the Celery message for ``task``, whose Celery id is the task id.
+        """Send the Celery message for ``task`` (see :meth:`Publisher.publish
+        <queuestore.broker.publisher.Publisher.publish>`).
 
         Raises:
             BrokerUnavailable: the broker did not take the message.
         """
-        try:
-            self.app.send_task(
-                task.name,
-                args=(task.id,),
-                task_id=task.id,
-                countdown=countdown,
-                retry=True,
-                retry_policy=_PUBLISH_RETRY,
-                **({} if producer is None else {"producer": producer}),
-                **({} if not self.priorities else {"priority": self._broker_priority(task)}),
-            )
-        except _BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"could not publish task {task.id}: {exc}") from exc
+        self.publisher.publish(task, countdown=countdown, producer=producer)
 
-    def _broker_priority(self, task: Task) -> int:
-        """The message priority of ``task`` as its broker reads it.
-
-        AMQP delivers the highest number first, as queuestore counts; kombu's
-        Redis transport pops its lowest priority first, so there it is turned over.
-        """
-        return MAX_PRIORITY - task.priority if self._redis else task.priority
-
-    # -- maintenance (beat tasks) ------------------------------------------
+    def try_publish(self, task: Task, *, countdown: float | None = None) -> bool:
+        """Publish the message for the task's next run; False if the broker is down
+        (the task then waits for the sweep)."""
+        return self.publisher.try_publish(task, countdown=countdown)
 
     def sweep(self, *, limit: int = 500) -> int:
-        """Publish tasks whose message never went out (broker down at submit) or was lost,
-        and scheduled tasks that start within :attr:`schedule_ahead`; under
-        :attr:`limits`, only as many of an owner's or a job's as it has free slots."""
-        published = 0
-        due = self.store.unpublished(
-            self.publish_grace,
-            republish_after=self.republish_after,
-            ahead=self.schedule_ahead,
-            limit=limit,
-            limits=self.limits,
-        )
-        for task in due:
-            if not self.try_publish(task):
-                break
-            published += 1
-        self.publish_marks.flush()  # one write for the sweep, before the next can run
-        if published:
-            log.info("sweep published %d waiting tasks", published)
-        return published
-
-    def hand_off(self, ended: Task) -> int:
-        """Publish the tasks waiting for the slot ``ended``'s run held; how many.
-
-        Under :attr:`limits`, a run that ends (done, failed, parked, cancelled,
-        retried or reaped) frees a slot of its owner and of its job: their
-        waiting tasks are published now, as many as have free slots, the most
-        urgent and longest waiting first, instead of at the next sweep. A task
-        published twice this way is run once (the claim drops the second message).
-        """
-        if not self.limits.applies(ended):
-            return 0
-        waiting = self.store.unpublished(
-            timedelta(0),
-            ahead=self.schedule_ahead,
-            limit=_HAND_OFF_LIMIT,
-            limits=self.limits,
-            freed_by=ended,
-        )
-        published = 0
-        for task in waiting:
-            if not self.try_publish(task):
-                break
-            published += 1
-        return published
+        """Publish the tasks whose message never went out, or was lost, now (see
+        :func:`queuestore.beat.sweep.sweep`); how many went out."""
+        return sweep(self.publisher, limit=limit)
 
     def reap(self) -> list[Task]:
-        """Retry or fail tasks whose worker died, and publish the retries.
+        """Retry or fail the tasks whose worker died, now (see
+        :func:`queuestore.beat.reaper.reap`)."""
+        return reap(self.publisher)
 
-        Under :attr:`limits`, a retry takes the slot its lost run held; a task
-        that failed hands it on.
-        """
-        reaped = self.store.reap(max_lost_runs=self.max_lost_runs)
-        for task in reaped:
-            if task.is_terminal:
-                log.warning("task %s failed: %s", task.id, task.error, extra=about(task))
-            else:
-                log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
-                self.try_publish(task, countdown=_reaper_backoff(lost_runs(task)))
-        # After every retry is published: a hand-off would publish a retry again.
-        for task in reaped:
-            if task.is_terminal:
-                self.hand_off(task)
-        return reaped
+    def hand_off(self, ended: Task) -> int:
+        """Publish the tasks waiting for the slot ``ended``'s run held; how many."""
+        return self.publisher.hand_off(ended)
 
     def install_beat_schedule(
         self,
@@ -584,133 +451,15 @@ class TaskQueue:
         is logged as a warning: a scheduled task may then start up to the
         difference late.
         """
-        if sweep_interval >= self.schedule_ahead:
-            log.warning(
-                "sweep_interval (%ss) is not shorter than the queue's schedule_ahead (%ss): "
-                "scheduled tasks may start late",
-                sweep_interval.total_seconds(),
-                self.schedule_ahead.total_seconds(),
-            )
-        schedule = dict(self.app.conf.beat_schedule or {})
-        schedule[JANITOR_TASK] = {
-            "task": JANITOR_TASK,
-            "schedule": janitor_interval,
-            "kwargs": {
-                "ttl_seconds": janitor_ttl.total_seconds(),
-                "batch_size": janitor_batch_size,
-            },
-            "options": {"expires": janitor_interval.total_seconds()},
-        }
-        schedule[REAPER_TASK] = {
-            "task": REAPER_TASK,
-            "schedule": reaper_interval,
-            "options": {"expires": reaper_interval.total_seconds()},
-        }
-        schedule[SWEEP_TASK] = {
-            "task": SWEEP_TASK,
-            "schedule": sweep_interval,
-            "options": {"expires": sweep_interval.total_seconds()},
-        }
-        self.app.conf.beat_schedule = schedule
-
-
-def _skipped_in_outage(name: str, run: Callable[[], int]) -> int:
-    """Run a beat task; while the database is down, log and let the next beat try again."""
-    try:
-        return run()
-    except StoreUnavailable as exc:
-        log.warning("%s skipped this beat: %s", name, exc)
-        return 0
-
-
-class _NoRevokeBookkeepingWithoutBackend(logging.Filter):
-    """Drops Celery's warning that a revoke could not be stored without a result backend.
-
-    Since Celery 5.6 every worker that receives a revoke broadcast records it in
-    the result backend (celery/celery#9869); with results disabled, as queuestore
-    runs Celery, each cancel then logs a warning on every worker. The store is
-    where a cancel is recorded, so that one warning (NotImplementedError from the
-    disabled backend) is dropped; a real backend's failures are still logged.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        return not (
-            record.msg == "Failed to mark task %s as revoked in backend: %s"
-            and len(args) == 2
-            and isinstance(args[1], NotImplementedError)
+        schedule.install(
+            self.app,
+            self.options,
+            janitor_ttl=janitor_ttl,
+            janitor_interval=janitor_interval,
+            janitor_batch_size=janitor_batch_size,
+            reaper_interval=reaper_interval,
+            sweep_interval=sweep_interval,
         )
-
-
-_REVOKE_FILTER = _NoRevokeBookkeepingWithoutBackend()
-
-
-def _register_maintenance(app: Celery) -> None:
-    from celery.signals import worker_process_init
-
-    from queuestore.beat.janitor import run_janitor
-
-    def janitor(ttl_seconds: float, batch_size: int = 1000) -> int:
-        queue = TaskQueue.of(app)
-        ttl = timedelta(seconds=ttl_seconds)
-        return _skipped_in_outage(
-            "janitor", lambda: run_janitor(queue.store, ttl, batch_size=batch_size)
-        )
-
-    def reaper() -> int:
-        return _skipped_in_outage("reaper", lambda: len(TaskQueue.of(app).reap()))
-
-    def sweep() -> int:
-        return _skipped_in_outage("sweep", TaskQueue.of(app).sweep)
-
-    def forget_parent_connections(**_: Any) -> None:
-        queue = _QUEUES.get(app)
-        if queue is not None:
-            queue.store.after_fork()
-
-    logging.getLogger("celery.worker.control").addFilter(_REVOKE_FILTER)  # a repeat is ignored
-    app.task(name=JANITOR_TASK, ignore_result=True, shared=False)(janitor)
-    app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
-    app.task(name=SWEEP_TASK, ignore_result=True, shared=False)(sweep)
-    worker_process_init.connect(forget_parent_connections, weak=False)
-
-
-_HAND_OFF_LIMIT = 100
-"""The most waiting tasks one ended run's hand-off reads (it publishes as many as are free)."""
-
-_PUBLISH_BATCH = 1000
-"""Messages ``submit_many`` buffers per broker round trip where the transport batches."""
-
-
-def _batch(producer: Any) -> contextlib.AbstractContextManager[Any]:
-    """``producer.batch()`` (kombu 5.7 and later), or publishing at once before it."""
-    batch = getattr(producer, "batch", None)
-    return contextlib.nullcontext() if batch is None else batch(_PUBLISH_BATCH)
-
-
-def priority_config(broker_url: str) -> dict[str, Any]:
-    """Celery settings under which ``broker_url``'s broker honours task priorities.
-
-    RabbitMQ: every queue Celery declares gets ``x-max-priority`` 9. A queue
-    that exists without it cannot be declared again with it: delete it (its
-    messages are republished by the sweep after
-    ``republish_after``, or drain it first) or move to a new queue name.
-    Redis: ten priority steps, each a list of its own beside the queue's; the
-    queue's own list then holds the most urgent messages and those without a
-    priority (which kombu reads as its first step).
-    """
-    if broker_url.startswith(REDIS_SCHEMES):
-        return {"broker_transport_options": {"priority_steps": list(range(MAX_PRIORITY + 1))}}
-    return {"task_queue_max_priority": MAX_PRIORITY, "task_default_priority": 0}
-
-
-def _countdown(task: Task, countdown: float | None) -> float | None:
-    """``countdown``, or longer for a task whose start (``run_at``) is further away."""
-    if task.run_at is not None:
-        until_start = (task.run_at - datetime.now(UTC)).total_seconds()
-        if until_start > (countdown or 0):
-            return until_start
-    return countdown
 
 
 def _start(run_at: datetime | None, delay: timedelta | None) -> datetime | None:
@@ -726,14 +475,3 @@ def _start(run_at: datetime | None, delay: timedelta | None) -> datetime | None:
     if not isinstance(delay, timedelta) or delay < timedelta(0):
         raise InvalidTaskData("must be a timedelta of zero or more", field="delay")
     return datetime.now(UTC) + delay
-
-
-def _reaper_backoff(lost: int) -> float | None:
-    """The countdown of a retry after ``lost`` lost runs: none after the first.
-
-    A run lost once is most likely its node's death: run it again at once, so a
-    dead worker's tasks run elsewhere within the lease and one reaper interval.
-    Runs that keep dying (a job that kills its worker) back off 2 s, doubling,
-    up to a minute.
-    """
-    return None if lost <= 1 else min(2.0 ** (lost - 1), 60.0)

@@ -21,11 +21,8 @@ from a2a.helpers import new_text_message
 from a2a.server.context import ServerCallContext
 from a2a.types import Role, Task, TaskState, TaskStatus
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from harness import Deployment, LoggedProcess, free_port, port_open, wait_for
-
 from queuestore.a2a import NamedUser
+from tests.integration.harness import Deployment, LoggedProcess, free_port, port_open, wait_for
 
 HERE = Path(__file__).resolve().parent
 APP = HERE / "a2a_app.py"

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from a2a_support import A2ADeployment
-from harness import Deployment
+
+from tests.a2a.a2a_support import A2ADeployment
+from tests.integration.harness import Deployment
 
 
 @pytest.fixture(scope="module")

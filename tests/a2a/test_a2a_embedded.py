@@ -19,9 +19,9 @@ from a2a.types import (
     SendMessageRequest,
     TaskState,
 )
-from a2a_support import A2ADeployment, Server, a2a_client
 
 from queuestore import TaskStatus
+from tests.a2a.a2a_support import A2ADeployment, Server, a2a_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

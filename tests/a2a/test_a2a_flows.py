@@ -28,9 +28,9 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import A2AError, TaskNotCancelableError, TaskNotFoundError
-from a2a_support import A2ADeployment, Server, a2a_client
 
 from queuestore import TaskStatus
+from tests.a2a.a2a_support import A2ADeployment, Server, a2a_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 

@@ -32,7 +32,6 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a_support import A2ADeployment, call_context
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuestore import Artifact, SqlTaskStore
@@ -44,6 +43,7 @@ from queuestore.a2a import (
     VersionedQueuestoreTaskStore,
     agent_card,
 )
+from tests.a2a.a2a_support import A2ADeployment, call_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 

@@ -16,14 +16,14 @@ from collections.abc import Callable
 import pytest
 from a2a.types import AuthenticationInfo, StreamResponse, TaskPushNotificationConfig, TaskState
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
-from a2a_support import ALICE, BOB, call_context, run
 from celery import Celery
 from google.protobuf.json_format import Parse
 
 from queuestore import TaskQueue, TaskStatus, TaskStore
 from queuestore.a2a import A2AServer, QueuestorePushConfigStore, a2a_request, agent_card
 from queuestore.core.callbacks import Callback, CallbackEvents, CallbackFormat, Delivery
-from queuestore.push.webhooks import UrlPolicy
+from queuestore.core.urls import UrlPolicy
+from tests.a2a.a2a_support import ALICE, BOB, call_context, run
 
 URL = "https://93.184.216.34/hook"  # a public address: no lookup, accepted by the default policy
 OTHER_URL = "https://93.184.216.35/other"

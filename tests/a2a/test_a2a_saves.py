@@ -25,7 +25,12 @@ from a2a.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from a2a_support import (
+
+from queuestore import TaskStatus as Status
+from queuestore import TaskStore
+from queuestore.a2a import QueuestoreTaskStore, VersionedQueuestoreTaskStore
+from queuestore.a2a.task_store import SDK_TASK, KnownRows
+from tests.a2a.a2a_support import (
     ALICE,
     BOB,
     CANCELED,
@@ -34,11 +39,6 @@ from a2a_support import (
     a2a_task,
     run,
 )
-
-from queuestore import TaskStatus as Status
-from queuestore import TaskStore
-from queuestore.a2a import QueuestoreTaskStore, VersionedQueuestoreTaskStore
-from queuestore.a2a.task_store import SDK_TASK, KnownRows
 
 
 class Statements:

@@ -30,17 +30,6 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import decode_list_tasks_cursor
-from a2a_support import (
-    ALICE,
-    BOB,
-    CANCELED,
-    COMPLETED,
-    SUBMITTED,
-    WORKING,
-    a2a_task,
-    call_context,
-    run,
-)
 
 from queuestore import Task as Row
 from queuestore import TaskStatus as Status
@@ -54,6 +43,17 @@ from queuestore.a2a import (
     resolve_owner,
 )
 from queuestore.a2a.convert import part_from_json, part_to_json, to_a2a
+from tests.a2a.a2a_support import (
+    ALICE,
+    BOB,
+    CANCELED,
+    COMPLETED,
+    SUBMITTED,
+    WORKING,
+    a2a_task,
+    call_context,
+    run,
+)
 
 
 def test_a_task_round_trips_with_history_metadata_artifacts_and_status_message(

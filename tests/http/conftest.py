@@ -8,20 +8,16 @@ end of the session (or of the test that started it).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from types import ModuleType
 
 import httpx
 import pytest
 from kombu import Connection
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from harness import Deployment
-from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
+from tests.http.http_deployment import TRUSTED_HEADER, Api, HttpDeployment
+from tests.integration.harness import Deployment
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Self
 
 import httpx
-from harness import LoggedProcess, wait_for
 from websockets.sync.client import ClientConnection, connect
+
+from tests.integration.harness import LoggedProcess, wait_for
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 

@@ -10,9 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from harness import Deployment, LoggedProcess, free_port, wait_for
+from tests.integration.harness import Deployment, LoggedProcess, free_port, wait_for
 
 HERE = Path(__file__).resolve().parent
 

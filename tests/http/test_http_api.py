@@ -19,11 +19,18 @@ from typing import Any
 
 import httpx
 import pytest
-from http_deployment import TRUSTED_HEADER, Api, HttpDeployment
-from http_support import assert_problem, create, events, raw_events, snapshot, wait_for_status
 from sqlalchemy import make_url
 
 from queuestore import ANY
+from tests.http.http_deployment import TRUSTED_HEADER, Api, HttpDeployment
+from tests.http.http_support import (
+    assert_problem,
+    create,
+    events,
+    raw_events,
+    snapshot,
+    wait_for_status,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 
@@ -615,7 +622,7 @@ def test_oversize_bodies_get_413_and_write_nothing(api: Api, pg: HttpDeployment)
 
 
 def test_store_outage_is_503_with_retry_after(pg: HttpDeployment) -> None:
-    from harness import free_port
+    from tests.integration.harness import free_port
 
     down = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
     api = pg.start_api(QUEUESTORE_DATABASE_URL=down, QUEUESTORE_HTTP_RETRY_AFTER="7")

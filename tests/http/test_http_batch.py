@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-from http_deployment import Api, HttpDeployment
-from http_support import assert_problem, create, snapshot, wait_for_status
 
 from queuestore import ANY
+from tests.http.http_deployment import Api, HttpDeployment
+from tests.http.http_support import assert_problem, create, snapshot, wait_for_status
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 

@@ -15,14 +15,14 @@ import httpx
 import pytest
 from celery import Celery
 from fastapi.testclient import TestClient
-from http_deployment import HttpDeployment
-from http_support import assert_problem, create, wait_for_status
 
 from queuestore import ANY, InMemoryTaskStore, Settings, TaskQueue, TaskStore
 from queuestore.core.callbacks import CallbackEvents, Delivery
+from queuestore.core.urls import UrlPolicy
 from queuestore.http import create_app
-from queuestore.push.webhooks import UrlPolicy
 from queuestore.store.deliveries import Settlement
+from tests.http.http_deployment import HttpDeployment
+from tests.http.http_support import assert_problem, create, wait_for_status
 
 HOOK = "http://127.0.0.1:9/hook"
 """A callback URL the in-memory store's policy accepts (nothing is sent in these tests)."""

@@ -22,9 +22,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from http_browser import Chromium
-from http_deployment import Api, HttpDeployment
-from http_support import wait_for_status
+
+from tests.http.http_browser import Chromium
+from tests.http.http_deployment import Api, HttpDeployment
+from tests.http.http_support import wait_for_status
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 

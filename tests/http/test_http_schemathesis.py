@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import schemathesis
-from http_deployment import Api, HttpDeployment
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
+
+from tests.http.http_deployment import Api, HttpDeployment
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 

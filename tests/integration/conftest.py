@@ -19,7 +19,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from harness import (
+
+from tests.integration.harness import (
     Deployment,
     DeploymentFactory,
     PostgresCluster,

@@ -28,7 +28,7 @@ import pytest
 from celery import Celery
 
 from queuestore import Settings, SqlTaskStore, StoreUnavailable, Task, TaskQueue, TaskStatus
-from queuestore.push.webhooks import SigningSecret
+from queuestore.push.signing import SigningSecret
 
 HERE = Path(__file__).resolve().parent
 APP_MODULE = "integration_app"

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 from celery.signals import before_task_publish
-from harness import Deployment, DeploymentFactory, RabbitMQNode, wait_for
 
 from queuestore import TERMINAL, TaskStatus
+from tests.integration.harness import Deployment, DeploymentFactory, RabbitMQNode, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from harness import (
+
+from queuestore import TERMINAL, Task, TaskStatus
+from tests.integration.harness import (
     Deployment,
     DeploymentFactory,
     LoggedProcess,
@@ -23,8 +25,6 @@ from harness import (
     count_lines,
     wait_for,
 )
-
-from queuestore import TERMINAL, Task, TaskStatus
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from harness import Deployment, LoggedProcess, build_deployment, count_lines, wait_for
 
 from queuestore import TERMINAL, InvalidTransition, Task, TaskQueue, TaskStatus
+from tests.integration.harness import (
+    Deployment,
+    LoggedProcess,
+    build_deployment,
+    count_lines,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from harness import PostgresCluster, RedisServer
+
+from tests.integration.harness import PostgresCluster, RedisServer
 
 
 @pytest.mark.parametrize("server", [RedisServer, PostgresCluster])

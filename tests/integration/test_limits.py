@@ -15,9 +15,9 @@ import threading
 import time
 
 import pytest
-from harness import Deployment, DeploymentFactory
 
 from queuestore import TERMINAL, TaskStatus
+from tests.integration.harness import Deployment, DeploymentFactory
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +71,7 @@ def test_one_owner_s_flood_leaves_the_other_owners_free_workers(
     worker = deployed.start_worker(concurrency=4)
     queue = deployed.queue
     store = queue.store
-    assert queue.limits.per_owner == 2
+    assert queue.options.limits.per_owner == 2
     sampler = RunningSampler(deployed)
     flood = queue.submit_many(
         [{"name": "tests.sleep", "input": {"seconds": 120}, "owner": "a"} for _ in range(FLOOD)]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from harness import Deployment, build_deployment
 
 from queuestore import TERMINAL, Task, TaskStatus
+from tests.integration.harness import Deployment, build_deployment
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def started(task: Task) -> float:
 def test_under_a_backlog_the_urgent_tasks_start_first(deployment: Deployment) -> None:
     worker = deployment.start_worker(concurrency=1)
     queue = deployment.queue
-    assert queue.priorities
+    assert queue.options.priorities
     blocker = queue.submit("tests.sleep", {"seconds": 2})
     deployment.wait_status(blocker.id, TaskStatus.WORKING, timeout=30)
 

@@ -18,12 +18,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import PUSH, SIGNING_SECRET, DeploymentFactory, Receiver, free_port, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks.webhooks import Webhook
 
 from queuestore import CallbackRequest, DeliveryState, TaskStatus
 from queuestore.core.callbacks import CallbackEvents
+from tests.integration.harness import (
+    PUSH,
+    SIGNING_SECRET,
+    DeploymentFactory,
+    Receiver,
+    free_port,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

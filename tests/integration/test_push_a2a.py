@@ -34,7 +34,10 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import Parse, ParseDict
-from harness import (
+from standardwebhooks.webhooks import Webhook
+
+from queuestore import TaskStatus
+from tests.integration.harness import (
     PUSH,
     SIGNING_SECRET,
     STARTUP_TIMEOUT,
@@ -47,9 +50,6 @@ from harness import (
     port_open,
     wait_for,
 )
-from standardwebhooks.webhooks import Webhook
-
-from queuestore import TaskStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis]
 

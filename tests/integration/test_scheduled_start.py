@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from harness import (
+
+from queuestore import TERMINAL, Task, TaskStatus
+from queuestore.broker.transports import redis_transport_options
+from tests.integration.harness import (
     Deployment,
     DeploymentFactory,
     LoggedProcess,
@@ -34,9 +37,6 @@ from harness import (
     count_lines,
     wait_for,
 )
-
-from queuestore import TERMINAL, Task, TaskStatus
-from queuestore.run.hold import redis_transport_options
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def test_a_start_within_schedule_ahead_is_published_by_submit_and_runs_on_time(
     stack: Stack,
 ) -> None:
     queue = stack.deployment.queue
-    assert queue.schedule_ahead > timedelta(seconds=3)
+    assert queue.options.schedule_ahead > timedelta(seconds=3)
     task = queue.submit("tests.count_runs", delay=timedelta(seconds=3))
     assert task.status is TaskStatus.SUBMITTED
     assert task.run_at is not None
@@ -124,11 +124,11 @@ def test_a_start_beyond_schedule_ahead_is_published_by_the_sweep_and_runs_on_tim
     stack: Stack,
 ) -> None:
     queue = stack.deployment.queue
-    run_at = datetime.now(UTC) + queue.schedule_ahead + timedelta(seconds=3.5)
+    run_at = datetime.now(UTC) + queue.options.schedule_ahead + timedelta(seconds=3.5)
     task = queue.submit("tests.count_runs", run_at=run_at)
 
     # Until the start is within schedule_ahead, no message exists.
-    until_near = run_at - queue.schedule_ahead - timedelta(seconds=0.5) - datetime.now(UTC)
+    until_near = run_at - queue.options.schedule_ahead - timedelta(seconds=0.5) - datetime.now(UTC)
     time.sleep(until_near.total_seconds())
     assert not received(stack.deployment, task.id)
     assert queue.store.get(task.id).status is TaskStatus.SUBMITTED
@@ -154,7 +154,7 @@ def test_a_task_cancelled_before_its_start_never_runs_its_job(stack: Stack) -> N
     revoked = queue.submit("tests.count_runs", delay=delay)
     refused = queue.submit("tests.count_runs", delay=delay)
     unpublished = queue.submit(
-        "tests.count_runs", delay=queue.schedule_ahead + timedelta(seconds=1)
+        "tests.count_runs", delay=queue.options.schedule_ahead + timedelta(seconds=1)
     )
     wait_for(
         lambda: received(deployment, revoked.id) and received(deployment, refused.id),

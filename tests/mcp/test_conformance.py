@@ -18,7 +18,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import HERE, McpDeployment, Server
+
+from tests.mcp.mcp_support import HERE, McpDeployment, Server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support import legacy
+
+from tests.mcp.support import legacy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

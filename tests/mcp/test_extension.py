@@ -13,9 +13,7 @@ from typing import Literal
 import anyio
 import mcp_types as types
 import pytest
-from conftest import McpDeployment, Server
 from mcp.shared.exceptions import MCPError
-from support import legacy, modern
 
 from queuestore.mcp.client import (
     CreatedTask,
@@ -26,6 +24,8 @@ from queuestore.mcp.client import (
     update_task,
 )
 from queuestore.mcp.wire import TaskIdParams
+from tests.mcp.mcp_support import McpDeployment, Server
+from tests.mcp.support import legacy, modern
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 

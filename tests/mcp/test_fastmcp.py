@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 import fastmcp
 import mcp_types as types
 import pytest
-from conftest import HERE, McpDeployment, Server
 from mcp.shared.exceptions import MCPError
-from support import modern
 
 from queuestore.mcp.client import CreatedTask, get_task, poll_task
+from tests.mcp.mcp_support import HERE, McpDeployment, Server
+from tests.mcp.support import modern
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 

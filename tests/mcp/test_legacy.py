@@ -12,13 +12,13 @@ from collections.abc import Iterator
 import anyio
 import mcp_types as types
 import pytest
-from conftest import McpDeployment, Server, free_port
 from mcp.shared.exceptions import MCPError
-from support import legacy
 
 from queuestore import TaskStatus
 from queuestore.mcp import RELATED_TASK
 from queuestore.mcp.client import LegacyTasks
+from tests.mcp.mcp_support import McpDeployment, Server, free_port
+from tests.mcp.support import legacy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.postgres]
 

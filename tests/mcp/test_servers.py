@@ -7,11 +7,11 @@ import time
 import anyio
 import mcp_types as types
 import pytest
-from conftest import McpDeployment
 from mcp.shared.exceptions import MCPError
-from support import legacy, modern
 
 from queuestore.mcp.client import CreatedTask, poll_task
+from tests.mcp.mcp_support import McpDeployment
+from tests.mcp.support import legacy, modern
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

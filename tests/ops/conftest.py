@@ -13,7 +13,8 @@ from contextlib import ExitStack
 from types import ModuleType
 
 import pytest
-from ops_support import (
+
+from tests.ops.ops_support import (
     Deployment,
     Ops,
     free_port,

@@ -12,9 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from harness import Deployment, LoggedProcess, free_port, port_open, wait_for
+from tests.integration.harness import Deployment, LoggedProcess, free_port, port_open, wait_for
 
 __all__ = [
     "Deployment",

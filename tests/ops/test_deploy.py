@@ -21,10 +21,10 @@ import pytest
 import typer.main
 import yaml
 from celery import Celery
-from ops_support import LoggedProcess, free_port, port_open, wait_for
 
 from queuestore import Settings, TaskStatus
 from queuestore.ops.cli import app as cli_app
+from tests.ops.ops_support import LoggedProcess, free_port, port_open, wait_for
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE_HOME = "/var/lib/queuestore"

@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from ops_support import Ops, queuestore_command, wait_for
 
 from queuestore import TaskStatus
 from queuestore.store.sql.migrations import head
+from tests.ops.ops_support import Ops, queuestore_command, wait_for
 
 
 def _lines(text: str) -> list[str]:
@@ -38,7 +38,7 @@ def test_beat_started_by_the_command_drives_the_janitor(ops: Ops) -> None:
         return task.id not in {t["id"] for t in json.loads(listed.stdout)["tasks"]}
 
     wait_for(gone, timeout=30, what="the janitor to remove the task", logs=[ops.beat])
-    assert "Scheduler: Sending due task queuestore.beat.janitor" in ops.beat.text()
+    assert "Scheduler: Sending due task queuestore.janitor" in ops.beat.text()
 
 
 def test_inspecting_commands_print_json(ops: Ops) -> None:

@@ -6,10 +6,9 @@ import json
 import logging
 import re
 
-from ops_support import Ops
-
 from queuestore import TaskStatus
 from queuestore.core.logs import JsonFormatter, TaskFields, TextFormatter, about, task_context
+from tests.ops.ops_support import Ops
 
 TASK_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 

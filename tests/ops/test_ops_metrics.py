@@ -9,11 +9,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ops_support import Ops, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from queuestore import Settings, SqlTaskStore, TaskStatus
 from queuestore.metrics.prometheus import metrics_app
+from tests.ops.ops_support import Ops, wait_for
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -66,7 +66,7 @@ def test_worker_counts_match_what_it_ran(ops: Ops) -> None:
 
 
 def test_tasks_by_status_and_backlog_are_read_from_the_store_at_scrape(ops: Ops) -> None:
-    store, grace = ops.deployment.queue.store, ops.deployment.queue.publish_grace
+    store, grace = ops.deployment.queue.store, ops.deployment.queue.options.publish_grace
     store.create("ops.parked")  # never published: in the backlog once older than the grace
 
     def agrees() -> bool:

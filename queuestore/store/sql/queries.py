@@ -69,6 +69,7 @@ from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.models import LIVE, TERMINAL, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.store.backend import UNSET, ListQuery, SweepFilter, Write
+from queuestore.store.pending import PENDING_STATUSES
 from queuestore.store.sql.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
@@ -857,18 +858,13 @@ def expired_leases(now: ColumnElement[datetime], limit: int) -> Select[Any]:
     )
 
 
-_UNCLAIMED_STATUSES: Final = frozenset({TaskStatus.SUBMITTED, TaskStatus.WORKING})
-"""The statuses of a job waiting for a worker; written as constants, as the sweep's
-partial indexes name them (SQLite matches an index's terms literally)."""
-
-
 def _unpublished() -> list[ColumnElement[bool]]:
-    """Live, unclaimed jobs whose message never went out."""
+    """Pending jobs whose message never went out (:mod:`queuestore.store.pending`)."""
     return [
         C.job,
         C.published_at.is_(None),
         C.worker_id.is_(None),
-        statuses_in(_UNCLAIMED_STATUSES),
+        statuses_in(PENDING_STATUSES),
     ]
 
 
@@ -911,7 +907,7 @@ def unpublished(
         select(*COLUMNS)
         .where(
             C.job,
-            statuses_in(_UNCLAIMED_STATUSES),
+            statuses_in(PENDING_STATUSES),
             C.worker_id.is_(None),
             due,
             *_admitted(among),

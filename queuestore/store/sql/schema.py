@@ -31,6 +31,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from queuestore.core.models import LIVE, TaskStatus
+from queuestore.store.pending import unpublished_sql
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -55,26 +56,8 @@ JsonColumn = JSON().with_variant(JSONB(), "postgresql")
 
 _STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
 
-_LIVE_UNCLAIMED = "worker_id IS NULL AND status IN ('submitted', 'working')"
-
 _LIVE_STATUSES = ", ".join(f"'{status.value}'" for status in sorted(LIVE))
 _LIVE_UNIQUE = f"unique_key IS NOT NULL AND status IN ({_LIVE_STATUSES})"
-
-
-def _outbox(dialect: str, *, published: bool, scheduled: bool | None = None) -> str:
-    """The predicate of a sweep index: live, unclaimed jobs, published or not.
-
-    Written as the sweep's query reads on each dialect (SQLite matches an
-    index's terms literally): a row that is not a job is in no such index.
-    ``scheduled`` narrows an index of unpublished jobs to those with a start
-    time (True) or without (False).
-    """
-    job = "job = 1" if dialect == "sqlite" else "job"
-    test = "IS NOT NULL" if published else "IS NULL"
-    predicate = f"{job} AND published_at {test} AND {_LIVE_UNCLAIMED}"
-    if scheduled is None:
-        return predicate
-    return f"{predicate} AND run_at {'IS NOT NULL' if scheduled else 'IS NULL'}"
 
 
 NAMING = {
@@ -174,20 +157,20 @@ class TaskRow(Base):
         Index(
             "ix_queuestore_tasks_unpublished",
             "updated_at",
-            postgresql_where=text(_outbox("postgresql", published=False, scheduled=False)),
-            sqlite_where=text(_outbox("sqlite", published=False, scheduled=False)),
+            postgresql_where=text(unpublished_sql("postgresql", published=False, scheduled=False)),
+            sqlite_where=text(unpublished_sql("sqlite", published=False, scheduled=False)),
         ),
         Index(
             "ix_queuestore_tasks_scheduled",
             "run_at",
-            postgresql_where=text(_outbox("postgresql", published=False, scheduled=True)),
-            sqlite_where=text(_outbox("sqlite", published=False, scheduled=True)),
+            postgresql_where=text(unpublished_sql("postgresql", published=False, scheduled=True)),
+            sqlite_where=text(unpublished_sql("sqlite", published=False, scheduled=True)),
         ),
         Index(
             "ix_queuestore_tasks_unclaimed_published_at",
             "published_at",
-            postgresql_where=text(_outbox("postgresql", published=True)),
-            sqlite_where=text(_outbox("sqlite", published=True)),
+            postgresql_where=text(unpublished_sql("postgresql", published=True)),
+            sqlite_where=text(unpublished_sql("sqlite", published=True)),
         ),
         # Concurrency limits: the running tasks (held by a worker), by owner and
         # job, and by job alone (a job's count whatever the owners).

@@ -59,10 +59,24 @@ WHERE c.task_id = NEW.id AND c.owner IS NOT DISTINCT FROM NEW.owner
     RETURN NULL;
 END
 $$"""
-_SNAPSHOT_FIELDS = (
-    "id name context_id status status_message progress result error artifacts metadata "
-    "created_at updated_at started_at finished_at attempt version"
-).split()
+_SNAPSHOT_FIELDS = [
+    "id",
+    "name",
+    "context_id",
+    "status",
+    "status_message",
+    "progress",
+    "result",
+    "error",
+    "artifacts",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "attempt",
+    "version",
+]
 _SNAPSHOT = ", ".join(f"'{field}', NEW.{field}" for field in _SNAPSHOT_FIELDS)
 
 

@@ -1,0 +1,44 @@
+"""The sweep: publish the tasks whose message never went out, or was lost.
+
+A task is committed before its message is published; when the publish fails
+(the broker is down), or a scheduled task's start comes near, or a message was
+lost with its broker, the task waits in the store, unpublished. Beat runs the
+sweep every ``sweep_interval``: it publishes those tasks, the most urgent and
+longest waiting first, and under concurrency limits only as many of an
+owner's or a job's as it has free slots.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from queuestore.broker.publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+
+def sweep(publisher: Publisher, *, limit: int = 500) -> int:
+    """Publish up to ``limit`` unpublished tasks that are due; how many went out.
+
+    Due: unpublished for ``publish_grace`` (so ``submit`` is not raced),
+    scheduled to start within ``schedule_ahead``, or published
+    ``republish_after`` ago and never claimed. It stops at the first publish
+    the broker refuses: the rest wait for the next sweep.
+    """
+    options = publisher.options
+    due = publisher.store.unpublished(
+        options.publish_grace,
+        republish_after=options.republish_after,
+        ahead=options.schedule_ahead,
+        limit=limit,
+        limits=options.limits,
+    )
+    published = 0
+    for task in due:
+        if not publisher.try_publish(task):
+            break
+        published += 1
+    publisher.marks.flush()  # one write for the sweep, before the next can run
+    if published:
+        log.info("the sweep published %d waiting tasks", published)
+    return published
