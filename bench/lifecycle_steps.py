@@ -42,7 +42,7 @@ from rich.table import Table
 
 from queuestore import Artifact, SqlTaskStore, TaskContext, TaskQueue, TaskStatus, job
 from queuestore.run.heartbeat import Heartbeat
-from queuestore.run.job import new_worker_id
+from queuestore.run.jobs import new_worker_id
 from queuestore.run.lease import Run
 
 REDIS_URL = "redis://127.0.0.1:6379/13"

@@ -38,8 +38,7 @@ from queuestore.core.retries import Retry
 from queuestore.core.urls import UrlPolicy
 from queuestore.push.deliverer import Deliverer, DeliveryPolicy
 from queuestore.push.signing import SigningSecret
-from queuestore.run.job import InputRequested, JobCancelled, TaskContext, job
-from queuestore.run.registry import Job
+from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
 from queuestore.submit.queue import TaskQueue
 

@@ -12,7 +12,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from queuestore import TaskQueue, job
-from queuestore.run.job import Job
+from queuestore.run.jobs import Job
 
 T = TypeVar("T")
 

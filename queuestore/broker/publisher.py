@@ -24,6 +24,7 @@ from queuestore.broker.marks import PublishMarks
 from queuestore.broker.transports import broker_priority, follow_lease
 from queuestore.core.errors import BrokerUnavailable
 from queuestore.core.logs import about
+from queuestore.core.messages import job_message
 from queuestore.core.models import Task
 from queuestore.core.options import QueueOptions
 from queuestore.store.base import TaskStore
@@ -93,8 +94,7 @@ class Publisher:
         try:
             self.app.send_task(
                 task.name,
-                args=(task.id,),
-                task_id=task.id,
+                **job_message(task.id),
                 countdown=countdown,
                 retry=True,
                 retry_policy=_PUBLISH_RETRY,

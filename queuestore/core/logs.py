@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from queuestore.core.messages import is_job_request
+
 LogFormat = Literal["text", "json"]
 
 _CURRENT: ContextVar[tuple[str, str] | None] = ContextVar("queuestore_task", default=None)
@@ -47,12 +49,8 @@ def _celery_task() -> tuple[str, str] | None:
     from celery._state import get_current_task
 
     current = get_current_task()
-    if current is None or current.request.id is None:
-        return None
-    # A job's message carries its task's id twice: as the Celery id and as its one
-    # argument. The janitor, the reaper and the sweep run as Celery tasks too, but
-    # are no task's job.
-    if list(current.request.args or ()) != [current.request.id]:
+    # The janitor, the reaper and the sweep run as Celery tasks too, but are no task's job.
+    if current is None or not is_job_request(current.request):
         return None
     return str(current.request.id), str(current.name)
 

@@ -269,7 +269,7 @@ def serve_worker_metrics(app: Celery, port: int, host: str = "0.0.0.0") -> None:
     from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
     from queuestore.broker.publisher import Publisher
-    from queuestore.run.registry import registered_job
+    from queuestore.run.jobs import registered_job
 
     started: dict[str, float] = {}
 

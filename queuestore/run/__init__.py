@@ -1,7 +1,7 @@
 """The run side: a worker runs a job on a claimed task, under a lease.
 
-``@job`` (:mod:`~queuestore.run.job`) registers a function
-(:mod:`~queuestore.run.registry`) and runs it: claim, call with a
+``@job`` (:mod:`~queuestore.run.jobs`) registers a function
+(:mod:`~queuestore.run.jobs`) and runs it: claim, call with a
 :class:`TaskContext` (:mod:`~queuestore.run.context`), write the outcome.
 A :class:`~queuestore.run.lease.Run` batches the job's reports under its
 lease, the heartbeat renews it and hears a cancel, the interrupts keep a
@@ -10,9 +10,8 @@ run's message once the store owns the task. It never imports the callers' side.
 """
 
 from queuestore.run.context import InputRequested, TaskContext
-from queuestore.run.job import execute, job
+from queuestore.run.jobs import Job, execute, job, registered_job, registered_names
 from queuestore.run.lease import JobCancelled, Run
-from queuestore.run.registry import Job, registered_job, registered_names
 
 __all__ = [
     "InputRequested",

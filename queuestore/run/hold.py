@@ -34,8 +34,8 @@ from celery.worker import state
 from queuestore.broker.publisher import Publisher
 from queuestore.broker.transports import is_redis
 from queuestore.core.errors import InvalidTransition, StoreUnavailable, TaskConflict, TaskNotFound
+from queuestore.core.messages import is_job_request
 from queuestore.core.models import TaskStatus
-from queuestore.run.registry import registered_job
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
     def _due(self, app: Celery, request: Any) -> bool:
         if request.acknowledged or request.id in self.held or request.time_start is None:
             return False
-        if registered_job(app, request.name) is None:
+        if not is_job_request(request):
             return False
         ack_after = Publisher.of(app).options.ack_after.total_seconds()
         return bool(time.time() - request.time_start >= ack_after)

@@ -3,7 +3,7 @@
 A :class:`Run` is what the run side shares: the job sees it through a
 :class:`~queuestore.run.context.TaskContext`, the worker's heartbeat thread
 (:mod:`queuestore.run.heartbeat`) renews its lease, writes its reports and stops
-it, and :func:`queuestore.run.job.execute` writes its outcome. Reports are
+it, and :func:`queuestore.run.jobs.execute` writes its outcome. Reports are
 checked at the job's call and batched here; each write is one compare-and-set
 fenced by the run's lease.
 """

@@ -57,7 +57,7 @@ class RunVerbs(StoreBackend):
         message that asked for this run is a duplicate and should be dropped;
         or when its start (``run_at``) has not come on the store's clock: the
         message came early, and the task should be published again for its
-        start (the worker does: :func:`queuestore.run.job.execute`); or, with
+        start (the worker does: :func:`queuestore.run.jobs.execute`); or, with
         ``limits``, when its owner or its job has as many running tasks as
         its limit allows: the task should wait for a slot (:meth:`wait_for_slot`).
         The count and the claim are one atomic decision, so no number of

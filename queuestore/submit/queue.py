@@ -35,8 +35,7 @@ from queuestore.core.logs import quiet_revoke_bookkeeping
 from queuestore.core.models import Task, new_task_id
 from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
-from queuestore.run.job import prepare_worker
-from queuestore.run.registry import registered_job, registered_names
+from queuestore.run.jobs import prepare_worker, registered_job, registered_names
 from queuestore.store.base import TaskStore
 
 log = logging.getLogger(__name__)

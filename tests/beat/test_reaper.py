@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from queuestore import Artifact, Task, TaskContext, TaskQueue, TaskStatus
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 from tests.celery_support import Published, eventually, register
 
 
@@ -71,7 +71,7 @@ def test_a_run_whose_task_was_reaped_and_reclaimed_cannot_write_its_outcome(
         return "stale result"
 
     task = queue.submit("test.job")
-    with caplog.at_level(logging.INFO, logger="queuestore.run.job"):
+    with caplog.at_level(logging.INFO, logger="queuestore.run.jobs"):
         left = execute(queue, register(app, call), task.id)
 
     assert left is None

@@ -159,7 +159,7 @@ def test_a_cancel_reaches_the_running_job_and_its_return_cannot_complete_the_tas
     task = queue.submit("inproc.loop")
     assert probe.started.wait(WAIT)
 
-    with caplog.at_level(logging.INFO, logger="queuestore.run.job"):
+    with caplog.at_level(logging.INFO, logger="queuestore.run.jobs"):
         queue.cancel(task.id, reason="no longer needed")
         _until(lambda: probe.ended == ["returned after the cancel"], "the job to see the cancel")
         _until(lambda: "outcome dropped" in caplog.text, "the run to write its outcome")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from queuestore import TaskContext, TaskQueue, TaskStatus
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 from tests.celery_support import Published, register
 
 

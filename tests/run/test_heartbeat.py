@@ -9,7 +9,7 @@ from datetime import datetime
 from celery import Celery
 
 from queuestore import TaskContext, TaskQueue, TaskStatus
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 from tests.celery_support import eventually, register
 
 

@@ -6,7 +6,7 @@ import pytest
 from celery import Celery
 
 from queuestore import InMemoryTaskStore, TaskContext, TaskQueue, job
-from queuestore.run import registry
+from queuestore.run import jobs as registry
 
 
 def _app(name: str) -> Celery:

@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from queuestore import Artifact, TaskContext, TaskQueue, TaskStatus
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 from tests.celery_support import Published, register
 
 

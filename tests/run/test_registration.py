@@ -16,7 +16,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
 from queuestore import InvalidTaskData, StoreUnavailable, TaskContext, TaskQueue, TaskStatus
-from queuestore.run.job import execute, new_worker_id
+from queuestore.run.jobs import execute, new_worker_id
 from tests.celery_support import Published, register
 
 

@@ -22,7 +22,7 @@ from queuestore import (
     TaskQueue,
     TaskStatus,
 )
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 from tests.celery_support import Published, eventually, reconfigure, register
 
 

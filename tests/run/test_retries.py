@@ -10,7 +10,7 @@ from celery import Celery
 
 from queuestore import InMemoryTaskStore, Retry, TaskContext, TaskQueue, TaskStatus
 from queuestore.metrics.prometheus import JOB_RETRIES, instrument
-from queuestore.run.job import execute, job
+from queuestore.run.jobs import execute, job
 from tests.celery_support import Published
 
 

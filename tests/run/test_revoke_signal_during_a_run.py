@@ -29,7 +29,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from queuestore import InMemoryTaskStore, TaskContext, TaskQueue, TaskStatus, job
 from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.interrupts import interrupts
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(),

@@ -19,7 +19,7 @@ from queuestore import (
 )
 from queuestore.config import Settings
 from queuestore.metrics.prometheus import SLOT_WAITS, instrument
-from queuestore.run.job import execute
+from queuestore.run.jobs import execute
 from tests.celery_support import Published, register
 
 LEASE = timedelta(seconds=30)

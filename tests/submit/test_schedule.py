@@ -18,7 +18,7 @@ from celery import Celery
 from queuestore import InMemoryTaskStore, InvalidTaskData, TaskQueue, TaskStatus
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
-from queuestore.run.job import execute, job
+from queuestore.run.jobs import execute, job
 from tests.celery_support import Published
 
 AHEAD = timedelta(seconds=12)

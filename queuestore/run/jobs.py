@@ -1,22 +1,27 @@
-"""The worker side: ``@job`` turns a function into a Celery task that runs a stored task.
+"""Jobs: ``@job`` registers a function as a Celery task that runs a stored task.
 
-One run of a job is: claim the task (compare-and-set to ``working`` with a
-lease), call the function with a :class:`TaskContext` and the task's input,
-and write the outcome back, fenced by the lease so that a cancelled task, or
-one that another worker took over, cannot be changed by this run.
+The app's jobs in this process are kept here (:func:`registered_job`): the worker
+finds a message's job, and the callers' side checks a task's input against its job
+before anything is written (:meth:`Job.check_input`). One run of a job is: claim the
+task (compare-and-set to ``working`` with a lease), call the function with a
+:class:`TaskContext` and the task's input, and write the outcome back, fenced by the
+lease so that a cancelled task, or one that another worker took over, cannot be
+changed by this run.
 
-A worker finds the store, the options and the publishing of its app's runs
-in ``Publisher.of(app)`` (:mod:`queuestore.broker.publisher`), which the app's
+A worker finds the store, the options and the publishing of its app's runs in
+``Publisher.of(app)`` (:mod:`queuestore.broker.publisher`), which the app's
 ``TaskQueue`` bound; the run side never imports the callers' side.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,7 +45,6 @@ from queuestore.run.context import InputRequested, TaskContext
 from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
-from queuestore.run.registry import Job, register_job, registered_job
 from queuestore.store.pending import is_pending
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "execute",
     "job",
     "registered_job",
+    "registered_names",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,50 @@ log = logging.getLogger(__name__)
 
 _EARLY_AGAIN = 0.5
 """The shortest wait before an early message's task is offered again, in seconds."""
+
+
+@dataclass
+class Job:
+    """A function registered as a queuestore job on a Celery app."""
+
+    name: str
+    function: Callable[..., Any]
+    celery_task: Any = field(repr=False)
+    retry: Retry | None = None
+    """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
+
+    def __call__(self, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (in tests), with a context of your own."""
+        return self.function(ctx, *args, **kwargs)
+
+    def check_input(self, payload: Mapping[str, Any]) -> None:
+        """Refuse input the function cannot take, before anything is written.
+
+        Raises:
+            InvalidTaskData: unknown or missing keyword arguments.
+        """
+        try:
+            inspect.signature(self.function).bind(None, **payload)
+        except TypeError as exc:
+            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
+
+
+_JOBS: weakref.WeakKeyDictionary[Celery, dict[str, Job]] = weakref.WeakKeyDictionary()
+
+
+def register_job(app: Celery, registered: Job) -> None:
+    """Make ``registered`` the job named ``registered.name`` on ``app`` in this process."""
+    _JOBS.setdefault(app, {})[registered.name] = registered
+
+
+def registered_job(app: Celery, name: str) -> Job | None:
+    """The job registered under ``name`` on ``app`` in this process, if any."""
+    return _JOBS.get(app, {}).get(name)
+
+
+def registered_names(app: Celery) -> frozenset[str]:
+    """The names of the jobs registered on ``app`` in this process."""
+    return frozenset(_JOBS.get(app, {}))
 
 
 def job(
