@@ -149,6 +149,8 @@ class Task(Record):
     errors: list[TaskError] = Field(default_factory=list)
     """The errors of the runs its job's retry policy retried, oldest first; the
     error that ended the task, if one did, is ``error``."""
+    suspends: int = 0
+    """How many of its runs ended to wait for a time (``TaskStore.suspend``)."""
 
     @field_validator(
         "created_at", "updated_at", "started_at", "finished_at", "lease_expires_at", "run_at"

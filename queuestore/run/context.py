@@ -7,6 +7,7 @@ what the job reports, and the run batches it (see :mod:`queuestore.run.lease`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import JsonValue
@@ -16,7 +17,7 @@ from queuestore.core.models import Artifact, Task
 from queuestore.run.lease import JobCancelled, Run
 from queuestore.store.backend import UNSET, Unset
 
-__all__ = ["InputRequested", "JobCancelled", "TaskContext"]
+__all__ = ["InputRequested", "JobCancelled", "Suspended", "TaskContext"]
 
 
 class InputRequested(BaseException):
@@ -25,6 +26,19 @@ class InputRequested(BaseException):
     def __init__(self, prompt: str) -> None:
         super().__init__(prompt)
         self.prompt = prompt
+
+
+class Suspended(BaseException):
+    """Ends the current run to wait until ``until``; the job runs again from the start then.
+
+    The task stays ``working`` with no worker slot and no broker message held
+    (``TaskStore.suspend``); ``message`` becomes its status message meanwhile.
+    """
+
+    def __init__(self, until: datetime, message: str) -> None:
+        super().__init__(message)
+        self.until = until
+        self.message = message
 
 
 class TaskContext:

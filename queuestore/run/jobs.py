@@ -41,7 +41,7 @@ from queuestore.core.logs import task_context
 from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
 from queuestore.run import hold
-from queuestore.run.context import InputRequested, TaskContext
+from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
@@ -200,7 +200,12 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
             heartbeat.discard(run)
     with interrupts.deferred(then_raise=False):
         policy = _retrying(registered, run, outcome)
-        left = _record(run, outcome) if policy is None else _record_retry(run, outcome, policy)
+        if outcome.suspended is not None:
+            left = _record_suspend(run, outcome.suspended)
+        elif policy is not None:
+            left = _record_retry(run, outcome, policy)
+        else:
+            left = _record(run, outcome)
         _hand_off(publisher, run.task)
         return left
 
@@ -262,6 +267,8 @@ class _Outcome:
     values: dict[str, Any] = field(default_factory=dict)
     raised: BaseException | None = None
     """What the job raised, for a failure its retry policy may retry."""
+    suspended: Suspended | None = None
+    """The job asked to wait: the run ends, and the task waits for its time."""
 
 
 def _call(registered: Job, run: Run) -> _Outcome:
@@ -271,6 +278,8 @@ def _call(registered: Job, run: Run) -> _Outcome:
         return _Outcome(None)
     except InputRequested as request:
         return _Outcome(TaskStatus.INPUT_REQUIRED, {"status_message": request.prompt})
+    except Suspended as suspended:
+        return _Outcome(None, suspended=suspended)
     except SoftTimeLimitExceeded as exc:
         # A revoke(terminate=True, signal="SIGUSR1") arrives as a soft time limit.
         if run.stopped or _was_taken(run):
@@ -345,6 +354,33 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
         extra={"task_id": run.task_id, "job": task.name},
     )
     if wait <= run.publisher.options.schedule_ahead:
+        run.publisher.try_publish(task)
+    return task
+
+
+def _record_suspend(run: Run, suspended: Suspended) -> Task | None:
+    """End the run to wait: the reports first, then the wait (``TaskStore.suspend``).
+
+    The next run is published with a countdown when it starts within the
+    queue's ``schedule_ahead``, as for a retry; otherwise the sweep publishes it.
+    """
+
+    def write() -> Task:
+        run.write()
+        return run.publisher.store.suspend(
+            run.task_id,
+            run.worker_id,
+            until=suspended.until,
+            message=suspended.message,
+            known=run.task,
+        )
+
+    try:
+        task = riding_out_outages(write, run.task_id)
+    except (InvalidTaskData, InvalidTransition, LeaseLost, TaskNotFound) as exc:
+        log.info("task %s changed under its run (%s); suspend dropped", run.task_id, exc)
+        return None
+    if suspended.until - datetime.now(UTC) <= run.publisher.options.schedule_ahead:
         run.publisher.try_publish(task)
     return task
 

@@ -290,6 +290,49 @@ class RunVerbs(StoreBackend):
             observer.retried(task)
         return task
 
+    def suspend(
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        until: datetime,
+        message: str | None,
+        known: Task | None = None,
+    ) -> Task:
+        """End a run to wait until ``until``: the task is neither failed nor lost.
+
+        A compare-and-set fenced by the run's lease, like :meth:`retry`, but
+        with no error: the task stays ``working`` but unclaimed, with
+        ``run_at`` set to ``until`` (for the sweep to publish it as a scheduled
+        start's) and ``status_message`` set to ``message``, and ``suspends``
+        counts the run, so the reaper never takes it for a lost one. No status
+        changes, so no callback hears of it. A cancel while it waits ends it as
+        any cancel does.
+
+        Args:
+            known: the run's latest copy of the task; it spares the read first.
+
+        Raises:
+            InvalidTaskData: ``until`` or ``message`` is invalid; nothing is written.
+            InvalidTransition: the task is no longer ``working``.
+            LeaseLost: ``worker_id`` no longer holds the task.
+            TaskNotFound: the task is gone.
+        """
+        task_id = check.task_id(task_id)
+        write = Write(
+            scope=OwnerScope(unscoped=True),
+            from_statuses=frozenset({TaskStatus.WORKING}),
+            fence=check.worker_id(worker_id),
+            values={
+                "run_at": check.aware(until, "until"),
+                "status_message": check.message(message),
+            },
+            release=True,
+        )
+        return self._read_modify_write(
+            task_id, write, lambda task: {"suspends": task.suspends + 1}, known=known
+        )
+
     def mark_published(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
 
@@ -370,11 +413,12 @@ def lost_runs(task: Task) -> int:
 
     Every claim adds one to ``attempt``: the first run, each run after an
     answer (``provide_input``), each run after its job's retry policy retried
-    it, and each retry after a lost worker. The answers are counted in
-    ``answers`` and the job's retries in ``errors``, so the rest are the first
-    run and the lost runs' retries.
+    it, each run after a suspended one, and each retry after a lost worker.
+    The answers are counted in ``answers``, the job's retries in ``errors`` and
+    the suspended runs in ``suspends``, so the rest are the first run and the
+    lost runs' retries.
     """
-    return task.attempt - len(task.answers) - len(task.errors)
+    return task.attempt - len(task.answers) - len(task.errors) - task.suspends
 
 
 def _lease(value: object) -> timedelta:

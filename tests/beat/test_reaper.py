@@ -31,7 +31,7 @@ def test_a_reaped_run_loses_its_lease_and_the_retry_is_published(
 
     task = queue.submit("test.job")
     registered = register(app, call)
-    execute(queue, registered, task.id)
+    execute(queue.publisher, registered, task.id)
     assert reaped == [task.id]
     assert outcome == ["JobCancelled"]
     stored = queue.store.get(task.id)
@@ -72,7 +72,7 @@ def test_a_run_whose_task_was_reaped_and_reclaimed_cannot_write_its_outcome(
 
     task = queue.submit("test.job")
     with caplog.at_level(logging.INFO, logger="queuestore.run.jobs"):
-        left = execute(queue, register(app, call), task.id)
+        left = execute(queue.publisher, register(app, call), task.id)
 
     assert left is None
     assert "outcome dropped" in caplog.text

@@ -25,7 +25,7 @@ def test_a_write_after_cancel_stops_the_job_and_the_task_stays_cancelled(
         return "never stored"
 
     task = queue.submit("test.job")
-    left = execute(queue, register(app, call), task.id)
+    left = execute(queue.publisher, register(app, call), task.id)
 
     assert reached == ["finally"]
     assert left is not None
@@ -44,7 +44,7 @@ def test_a_job_that_ignores_the_cancel_cannot_complete_the_task(
         return "finished anyway"
 
     task = queue.submit("test.job")
-    execute(queue, register(app, call), task.id)
+    execute(queue.publisher, register(app, call), task.id)
     stored = queue.store.get(task.id)
     assert stored.status is TaskStatus.CANCELLED
     assert stored.result is None
@@ -57,5 +57,5 @@ def test_a_task_cancelled_before_it_starts_never_runs_its_body(
     registered = register(app, lambda ctx: runs.append(1))
     task = queue.submit("test.job")
     queue.cancel(task.id)
-    assert execute(queue, registered, task.id) is None
+    assert execute(queue.publisher, registered, task.id) is None
     assert runs == []

@@ -45,7 +45,7 @@ def test_the_heartbeat_keeps_the_lease_of_a_long_job_alive(app: Celery, queue: T
         return lease if lease is not None and seen[0] is not None and lease > seen[0] else None
 
     task = queue.submit("test.job")
-    done = execute(queue, register(app, call), task.id)
+    done = execute(queue.publisher, register(app, call), task.id)
     assert done is not None
     assert done.status is TaskStatus.COMPLETED, done.error
     first, later = seen

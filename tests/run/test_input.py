@@ -28,7 +28,7 @@ def test_request_input_parks_the_task_and_resume_replays_with_the_answers(
     registered = register(app, deploy)
     task = queue.submit("test.job", {"service": "api"})
 
-    parked = execute(queue, registered, task.id)
+    parked = execute(queue.publisher, registered, task.id)
     assert parked is not None
     assert parked.status is TaskStatus.INPUT_REQUIRED
     assert parked.status_message == "Deploy api?"
@@ -39,12 +39,12 @@ def test_request_input_parks_the_task_and_resume_replays_with_the_answers(
     assert resumed.worker_id is None
     assert published.messages[-1]["task_id"] == task.id
 
-    parked = execute(queue, registered, task.id)
+    parked = execute(queue.publisher, registered, task.id)
     assert parked is not None
     assert parked.status_message == "Which region?"
 
     queue.resume(task.id, "eu-west")
-    done = execute(queue, registered, task.id)
+    done = execute(queue.publisher, registered, task.id)
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
     assert done.result == {"go": "yes", "region": "eu-west"}
@@ -66,9 +66,9 @@ def test_answered_questions_do_not_use_up_the_retries_for_lost_workers(
 
     registered = register(app, ask_twice)
     task = queue.submit("test.job")
-    execute(queue, registered, task.id)
+    execute(queue.publisher, registered, task.id)
     queue.resume(task.id, 1)
-    execute(queue, registered, task.id)
+    execute(queue.publisher, registered, task.id)
     queue.resume(task.id, 2)
     assert queue.store.claim(task.id, "doomed", timedelta(milliseconds=1)) is not None
     later = datetime.now(UTC) + timedelta(minutes=1)

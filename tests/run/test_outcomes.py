@@ -40,7 +40,7 @@ def test_a_run_completes_with_result_progress_and_streamed_artifacts(
         }
     ]
 
-    done = execute(queue, registered, task.id)
+    done = execute(queue.publisher, registered, task.id)
 
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
@@ -61,7 +61,7 @@ def test_an_exception_fails_the_task_with_its_type_and_message(
         raise UpstreamDown("503 from upstream")
 
     task = queue.submit("test.job")
-    failed = execute(queue, register(app, call), task.id)
+    failed = execute(queue.publisher, register(app, call), task.id)
 
     assert failed is not None
     assert failed.status is TaskStatus.FAILED
@@ -75,7 +75,7 @@ def test_a_builtin_exception_is_named_without_its_module(app: Celery, queue: Tas
     def call(ctx: TaskContext) -> None:
         raise ValueError("bad month")
 
-    failed = execute(queue, register(app, call), queue.submit("test.job").id)
+    failed = execute(queue.publisher, register(app, call), queue.submit("test.job").id)
     assert failed is not None
     assert failed.error is not None
     assert (failed.error.type, failed.error.message) == ("ValueError", "bad month")
@@ -85,7 +85,7 @@ def test_a_result_that_is_not_json_fails_the_task(app: Celery, queue: TaskQueue)
     def call(ctx: TaskContext) -> object:
         return {"when": datetime.now(UTC)}
 
-    failed = execute(queue, register(app, call), queue.submit("test.job").id)
+    failed = execute(queue.publisher, register(app, call), queue.submit("test.job").id)
     assert failed is not None
     assert failed.status is TaskStatus.FAILED
     assert failed.error is not None
@@ -103,7 +103,7 @@ def test_a_failure_message_is_stored_without_nul_and_at_most_10000_characters(
     registered = register(app, call)
     messages = []
     for text in texts:
-        done = execute(queue, registered, queue.submit("test.job", {"text": text}).id)
+        done = execute(queue.publisher, registered, queue.submit("test.job", {"text": text}).id)
         assert done is not None
         assert done.error is not None
         messages.append(done.error.message)
@@ -121,8 +121,8 @@ def test_a_second_message_for_the_same_run_is_dropped_and_the_body_runs_once(
 
     registered = register(app, call)
     task = queue.submit("test.job")
-    assert execute(queue, registered, task.id) is not None
-    assert execute(queue, registered, task.id) is None
+    assert execute(queue.publisher, registered, task.id) is not None
+    assert execute(queue.publisher, registered, task.id) is None
     assert len(runs) == 1
     assert queue.store.get(task.id).result == 1
 

@@ -121,13 +121,13 @@ def test_a_soft_time_limit_fails_the_task_unless_it_was_taken_from_the_run(
     cancelled = queue.submit("test.job", {"take": "cancel"})
     deleted = queue.submit("test.job", {"take": "delete"})
 
-    failed = execute(queue, registered, ran_out.id)
+    failed = execute(queue.publisher, registered, ran_out.id)
     assert failed is not None
     assert failed.status is TaskStatus.FAILED
     assert failed.error is not None
     assert failed.error.type == "billiard.exceptions.SoftTimeLimitExceeded"
-    left = execute(queue, registered, cancelled.id)
+    left = execute(queue.publisher, registered, cancelled.id)
     assert left is not None
     assert left.status is TaskStatus.WORKING  # as the run last saw it: nothing written
     assert queue.store.get(cancelled.id).status is TaskStatus.CANCELLED
-    assert execute(queue, registered, deleted.id) is not None
+    assert execute(queue.publisher, registered, deleted.id) is not None

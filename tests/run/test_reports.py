@@ -62,7 +62,7 @@ def test_a_short_job_writes_its_reports_with_its_outcome_in_one_write(
         return "done"
 
     task = queue.submit("test.job")
-    done = execute(queue, register(app, call), task.id)
+    done = execute(queue.publisher, register(app, call), task.id)
 
     assert done is not None
     assert len(reports.calls) == 1
@@ -94,7 +94,7 @@ def test_the_heartbeat_writes_reports_while_the_job_runs(
 
     reconfigure(queue, report_interval=timedelta(milliseconds=50))
     task = queue.submit("test.job")
-    execute(queue, register(app, call), task.id)
+    execute(queue.publisher, register(app, call), task.id)
     assert seen == [0.4]
     assert reports.calls[0]["progress"] == 0.4
     assert "status" not in reports.calls[0]
@@ -113,7 +113,7 @@ def test_with_a_zero_interval_each_report_is_written_before_the_call_returns(
 
     reconfigure(queue, report_interval=timedelta(0))
     task = queue.submit("test.job")
-    execute(queue, register(app, call), task.id)
+    execute(queue.publisher, register(app, call), task.id)
     assert seen == [0.3, 1]
     assert len(reports.calls) == 3
 
@@ -134,7 +134,7 @@ def test_flush_writes_now_and_raises_once_the_task_was_cancelled(
         seen.append("never")
 
     task = queue.submit("test.job")
-    execute(queue, register(app, call), task.id)
+    execute(queue.publisher, register(app, call), task.id)
     assert seen == [1, "reported"]
     stored = queue.store.get(task.id)
     assert stored.status is TaskStatus.CANCELLED
@@ -154,7 +154,7 @@ def test_a_bad_report_raises_at_the_call_and_is_not_kept(app: Celery, queue: Tas
         return "ok"
 
     task = queue.submit("test.job")
-    done = execute(queue, register(app, call), task.id)
+    done = execute(queue.publisher, register(app, call), task.id)
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
     assert done.artifacts == []
@@ -172,7 +172,7 @@ def test_appended_parts_that_outgrow_the_limit_fail_the_task_with_invalid_task_d
         return "never stored"
 
     task = queue.submit("test.job")
-    done = execute(queue, register(app, call), task.id)
+    done = execute(queue.publisher, register(app, call), task.id)
     assert done is not None
     assert done.status is TaskStatus.FAILED
     assert done.error is not None
@@ -199,7 +199,7 @@ def test_reports_survive_a_store_outage_during_a_heartbeat_write(
 
     reconfigure(queue, report_interval=timedelta(milliseconds=20))
     task = queue.submit("test.job")
-    done = execute(queue, register(app, call), task.id)
+    done = execute(queue.publisher, register(app, call), task.id)
     assert seen == [True, ["out"]]
     assert done is not None
     assert [a.artifact_id for a in done.artifacts] == ["out", "out2"]
@@ -227,7 +227,7 @@ def test_a_batch_the_heartbeat_could_not_write_fails_a_job_that_then_returns(
         return "never stored"
 
     task = queue.submit("test.job")
-    done = execute(queue, register(app, call), task.id)
+    done = execute(queue.publisher, register(app, call), task.id)
 
     assert done is not None
     assert done.status is TaskStatus.FAILED

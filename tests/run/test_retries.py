@@ -36,7 +36,7 @@ def test_a_retried_error_waits_for_its_next_run_then_the_last_one_fails_the_task
     registered = job(app, name="test.job", retry=QUICK)(failing(calls, UpstreamDown("503")))
     task = queue.submit("test.job")
 
-    first = execute(queue, registered, task.id)
+    first = execute(queue.publisher, registered, task.id)
 
     assert first is not None
     assert first.status is TaskStatus.WORKING
@@ -50,16 +50,16 @@ def test_a_retried_error_waits_for_its_next_run_then_the_last_one_fails_the_task
     assert countdown is not None
     assert 0 < countdown <= 0.1
 
-    assert execute(queue, registered, task.id) is None  # before its backoff: put back
+    assert execute(queue.publisher, registered, task.id) is None  # before its backoff: put back
     assert len(calls) == 1
     time.sleep(0.1)
-    second = execute(queue, registered, task.id)
+    second = execute(queue.publisher, registered, task.id)
     assert second is not None
     assert [e.attempt for e in second.errors] == [1, 2]
     assert 0.1 < published.messages[-1]["countdown"] <= 0.2  # doubled
 
     time.sleep(0.2)
-    last = execute(queue, registered, task.id)
+    last = execute(queue.publisher, registered, task.id)
 
     assert last is not None
     assert last.status is TaskStatus.FAILED
@@ -73,7 +73,7 @@ def test_an_error_the_policy_does_not_name_fails_at_once(app: Celery, queue: Tas
     calls: list[int] = []
     registered = job(app, name="test.job", retry=QUICK)(failing(calls, ValueError("bad")))
 
-    failed = execute(queue, registered, queue.submit("test.job").id)
+    failed = execute(queue.publisher, registered, queue.submit("test.job").id)
 
     assert failed is not None
     assert failed.status is TaskStatus.FAILED
@@ -93,7 +93,7 @@ def test_a_long_wait_is_left_to_the_sweep_which_publishes_it_near_its_start(
     registered = job(app, name="test.job", retry=slow)(failing([], UpstreamDown()))
     task = queue.submit("test.job")
 
-    execute(queue, registered, task.id)
+    execute(queue.publisher, registered, task.id)
 
     assert len(published.messages) == 1  # the submit's only
     time.sleep(0.3)
@@ -107,11 +107,11 @@ def test_a_task_cancelled_while_it_waits_never_runs_again(app: Celery, queue: Ta
     calls: list[int] = []
     registered = job(app, name="test.job", retry=QUICK)(failing(calls, UpstreamDown()))
     task = queue.submit("test.job")
-    execute(queue, registered, task.id)
+    execute(queue.publisher, registered, task.id)
 
     queue.cancel(task.id)
 
-    assert execute(queue, registered, task.id) is None  # its message finds it cancelled
+    assert execute(queue.publisher, registered, task.id) is None  # its message finds it cancelled
     assert len(calls) == 1
     assert queue.store.get(task.id).status is TaskStatus.CANCELLED
 
@@ -157,6 +157,6 @@ def test_a_retry_counts_in_the_metrics_by_job(app: Celery, queue: TaskQueue) -> 
     before = JOB_RETRIES.labels("test.job")._value.get()
     registered = job(app, name="test.job", retry=QUICK)(failing([], UpstreamDown()))
 
-    execute(queue, registered, queue.submit("test.job").id)
+    execute(queue.publisher, registered, queue.submit("test.job").id)
 
     assert JOB_RETRIES.labels("test.job")._value.get() == before + 1

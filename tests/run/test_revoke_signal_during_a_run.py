@@ -83,7 +83,7 @@ def _completes(queue: TaskQueue, steps: list[str]) -> None:
 
     registered = job(queue.app, name="test.signals")(call)
     task = queue.submit("test.signals")
-    done = execute(queue, registered, task.id)
+    done = execute(queue.publisher, registered, task.id)
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
     assert done.result == "done"
@@ -136,7 +136,7 @@ def test_a_run_that_knows_it_is_cancelled_finishes_its_cleanup_through_a_signal(
 
     registered = job(queue.app, name="test.signals")(call)
     task = queue.submit("test.signals")
-    execute(queue, registered, task.id)
+    execute(queue.publisher, registered, task.id)
     assert cleaned == ["cleanup finished"]
     assert queue.store.get(task.id).status is TaskStatus.CANCELLED
 
@@ -153,7 +153,7 @@ def test_a_signal_to_a_running_job_interrupts_it_and_fails_the_task(queue: TaskQ
 
     registered = job(queue.app, name="test.signals")(call)
     task = queue.submit("test.signals")
-    done = execute(queue, registered, task.id)
+    done = execute(queue.publisher, registered, task.id)
     assert reached == []
     assert done is not None
     assert done.status is TaskStatus.FAILED

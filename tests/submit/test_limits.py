@@ -45,7 +45,7 @@ def test_a_claim_refused_at_the_limit_leaves_the_task_waiting_unpublished(
     assert limited.store.claim(running.id, "elsewhere", LEASE) is not None
     published.messages.clear()
 
-    assert execute(limited, registered, waiting.id) is None
+    assert execute(limited.publisher, registered, waiting.id) is None
 
     left = limited.store.get(waiting.id)
     assert (left.status, left.worker_id, left.version) == (
@@ -59,7 +59,7 @@ def test_a_claim_refused_at_the_limit_leaves_the_task_waiting_unpublished(
     ended = limited.store.report(running.id, "elsewhere", status="completed")
     assert limited.hand_off(ended) == 1
     assert ids(published) == [waiting.id]
-    assert execute(limited, registered, waiting.id).status is TaskStatus.COMPLETED  # type: ignore[union-attr]
+    assert execute(limited.publisher, registered, waiting.id).status is TaskStatus.COMPLETED  # type: ignore[union-attr]
 
 
 def test_a_claim_refused_at_the_limit_counts_in_the_metrics_by_job(
@@ -71,7 +71,7 @@ def test_a_claim_refused_at_the_limit_counts_in_the_metrics_by_job(
     running = limited.submit("test.job", owner="a")
     limited.store.claim(running.id, "elsewhere", LEASE)
 
-    execute(limited, registered, limited.submit("test.job", owner="a").id)
+    execute(limited.publisher, registered, limited.submit("test.job", owner="a").id)
 
     assert SLOT_WAITS.labels("test.job")._value.get() == before + 1
 
@@ -83,7 +83,7 @@ def test_a_run_that_ends_hands_its_slot_to_the_next_waiting_task(
 
     def first(ctx: TaskContext) -> str:
         # While this run holds a's only slot, the next task of a cannot start.
-        refused.append(execute(limited, registered, later.id))
+        refused.append(execute(limited.publisher, registered, later.id))
         return "first"
 
     registered = register(app, first)
@@ -91,7 +91,7 @@ def test_a_run_that_ends_hands_its_slot_to_the_next_waiting_task(
     later = limited.submit("test.job", owner="a")
     published.messages.clear()
 
-    assert execute(limited, registered, task.id).status is TaskStatus.COMPLETED  # type: ignore[union-attr]
+    assert execute(limited.publisher, registered, task.id).status is TaskStatus.COMPLETED  # type: ignore[union-attr]
 
     assert refused == [None]
     assert ids(published) == [later.id]  # handed on when the first run ended
@@ -117,7 +117,7 @@ def test_every_end_of_a_run_hands_its_slot_on(
     limited.store.wait_for_slot(later.id, version=later.version)
     published.messages.clear()
 
-    execute(limited, registered, task.id)
+    execute(limited.publisher, registered, task.id)
 
     assert ids(published) == [later.id]
 
@@ -165,7 +165,7 @@ def test_a_job_limit_holds_across_owners(
     for index, task in enumerate(reports[:2]):
         assert limited.store.claim(task.id, f"w{index}", LEASE) is not None
 
-    assert execute(limited, registered, reports[2].id) is None
+    assert execute(limited.publisher, registered, reports[2].id) is None
     assert limited.store.get(reports[2].id).worker_id is None
 
 
@@ -192,7 +192,7 @@ def test_a_retry_waiting_for_its_slot_is_not_taken_for_an_early_message(
     limited.store.claim(running.id, "elsewhere", LEASE)
     published.messages.clear()
 
-    assert execute(limited, registered, past.id) is None
+    assert execute(limited.publisher, registered, past.id) is None
 
     assert published.messages == []  # waits for the slot, not published again and again
 
@@ -243,7 +243,7 @@ def test_unlimited_queues_count_nothing(app: Celery, queue: TaskQueue) -> None:
     queue.store.running_counts = lambda: calls.append(1) or {}  # type: ignore[method-assign]
     registered = register(app, lambda ctx: None)
 
-    execute(queue, registered, queue.submit("test.job", owner="a").id)
+    execute(queue.publisher, registered, queue.submit("test.job", owner="a").id)
     queue.sweep()
 
     assert calls == []

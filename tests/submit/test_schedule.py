@@ -152,7 +152,7 @@ def test_a_message_that_comes_before_the_start_is_published_again_for_it(
     task = queue.submit("x.y", delay=timedelta(seconds=3))
     published.messages.clear()
 
-    assert execute(queue, registered, task.id) is None  # early: not run
+    assert execute(queue.publisher, registered, task.id) is None  # early: not run
 
     assert calls == []
     (again,) = published.messages
@@ -169,7 +169,7 @@ def test_a_duplicate_or_cancelled_message_is_dropped_not_published_again(
     queue.cancel(cancelled.id)
     published.messages.clear()
 
-    assert execute(queue, registered, cancelled.id) is None
-    assert execute(queue, registered, "missing-task") is None
+    assert execute(queue.publisher, registered, cancelled.id) is None
+    assert execute(queue.publisher, registered, "missing-task") is None
 
     assert published.messages == []

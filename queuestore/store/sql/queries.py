@@ -105,6 +105,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.unique_key,
     C.priority,
     C.errors,
+    C.suspends,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.core.models.Task`."""
 
@@ -302,6 +303,7 @@ def _new_row(now: ColumnElement[datetime]) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
         "attempt": literal_column("0"),
+        "suspends": literal_column("0"),
         "version": literal_column("1"),
     }
     return values

@@ -96,6 +96,8 @@ class TaskRow(Base):
     unique_key: Mapped[str | None] = mapped_column(String(256))
     # The errors of the runs a job's retry policy retried, oldest first.
     errors: Mapped[list[Any]] = mapped_column(JsonColumn, server_default=text("'[]'"))
+    # How many of its runs ended to wait for a time (suspended): not lost, not failed.
+    suspends: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
