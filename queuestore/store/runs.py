@@ -8,7 +8,7 @@ verbs because only workers, the reaper and the sweep use them.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -270,22 +270,15 @@ class RunVerbs(StoreBackend):
         worker_id = check.worker_id(worker_id)
         failed = check.record(TaskError, error, "error", self.max_payload_bytes)
         start = check.aware(run_at, "run_at")
-        write = Write(
-            scope=OwnerScope(unscoped=True),
-            from_statuses=frozenset({TaskStatus.WORKING}),
-            fence=worker_id,
-            values={
-                "run_at": start,
-                "status_message": f"retrying: {failed.type}: {failed.message}"[:10_000],
-            },
-            release=True,
-        )
+        message = f"retrying: {failed.type}: {failed.message}"[:10_000]
 
         def appended(task: Task) -> dict[str, Any]:
             kept = failed.model_copy(update={"attempt": task.attempt})
             return {"errors": [*task.errors, kept]}
 
-        task = self._read_modify_write(task_id, write, appended, known=known)
+        task = self._end_run_to_wait(
+            task_id, worker_id, run_at=start, message=message, counted=appended, known=known
+        )
         for observer in self._observers:
             observer.retried(task)
         return task
@@ -318,20 +311,38 @@ class RunVerbs(StoreBackend):
             LeaseLost: ``worker_id`` no longer holds the task.
             TaskNotFound: the task is gone.
         """
-        task_id = check.task_id(task_id)
+        return self._end_run_to_wait(
+            check.task_id(task_id),
+            check.worker_id(worker_id),
+            run_at=check.aware(until, "until"),
+            message=check.message(message),
+            counted=lambda task: {"suspends": task.suspends + 1},
+            known=known,
+        )
+
+    def _end_run_to_wait(
+        self,
+        task_id: str,
+        worker_id: str,
+        *,
+        run_at: datetime,
+        message: str | None,
+        counted: Callable[[Task], Mapping[str, Any]],
+        known: Task | None,
+    ) -> Task:
+        """The write of :meth:`retry` and :meth:`suspend`: ``working``, unclaimed, until ``run_at``.
+
+        Fenced by the run's lease; ``counted`` adds what the run's end counts
+        (an error, a suspend), computed from the row it is written over.
+        """
         write = Write(
             scope=OwnerScope(unscoped=True),
             from_statuses=frozenset({TaskStatus.WORKING}),
-            fence=check.worker_id(worker_id),
-            values={
-                "run_at": check.aware(until, "until"),
-                "status_message": check.message(message),
-            },
+            fence=worker_id,
+            values={"run_at": run_at, "status_message": message},
             release=True,
         )
-        return self._read_modify_write(
-            task_id, write, lambda task: {"suspends": task.suspends + 1}, known=known
-        )
+        return self._read_modify_write(task_id, write, counted, known=known)
 
     def mark_published(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
