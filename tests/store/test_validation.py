@@ -167,7 +167,7 @@ CASES: list[tuple[str, str, Call]] = [
     ("cleanup without a ttl", "ttl", lambda s, t: s.cleanup(None)),  # type: ignore[arg-type]
     ("batch size 0", "batch_size", lambda s, t: s.cleanup(timedelta(0), batch_size=0)),
     ("naive reap now", "now", lambda s, t: s.reap(now=NAIVE)),
-    ("max attempts 0", "max_lost_runs", lambda s, t: s.reap(max_lost_runs=0)),
+    ("max lost runs 0", "max_lost_runs", lambda s, t: s.reap(max_lost_runs=0)),
     ("zero lease", "lease", lambda s, t: s.claim(t.id, "w1", timedelta(0))),
     ("lease in seconds", "lease", lambda s, t: s.claim(t.id, "w1", 60)),  # type: ignore[arg-type]
     ("empty worker id", "worker_id", lambda s, t: s.claim(t.id, "", LEASE)),
