@@ -33,7 +33,7 @@ from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, loa
 from queuestore.http.limits import BodyLimit
 from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
-from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health
+from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health, state_jobs
 from queuestore.http.service import Service, ServiceDep
 from queuestore.queue import TaskQueue
 
@@ -113,13 +113,18 @@ def create_app(
 
 
 def _document_json(app: FastAPI) -> None:
-    """Add the ``JsonDocument`` component the request bodies refer to."""
+    """Add the ``JsonDocument`` component the request bodies refer to and, once the
+    app runs, the jobs of its queue's Celery app (:func:`~queuestore.http.schemas.state_jobs`).
+    """
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         document = build()
         components = document.setdefault("components", {}).setdefault("schemas", {})
         components.setdefault("JsonDocument", JSON_DOCUMENT_SCHEMA)
+        service: Service | None = getattr(app.state, "queuestore", None)
+        if service is not None:
+            state_jobs(components, tasks.job_functions(service))
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -8,11 +8,11 @@ store and the queue; this module only translates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
-from pydantic import AwareDatetime
 
 from queuestore.errors import TaskConflict, TaskNotFound
 from queuestore.http import idempotency
@@ -25,6 +25,7 @@ from queuestore.http.schemas import (
     CreateTask,
     DeliveryList,
     DeliveryView,
+    Instant,
     JobRunning,
     ResumeTask,
     Running,
@@ -32,7 +33,7 @@ from queuestore.http.schemas import (
     TaskView,
 )
 from queuestore.http.service import Principal, Service, ServiceDep
-from queuestore.jobs import registered_names
+from queuestore.jobs import registered_job, registered_names
 from queuestore.models import TASK_ID_PATTERN, TaskStatus, new_task_id
 from queuestore.validation import NAME_PATTERN
 
@@ -138,6 +139,13 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
     }
 
 
+def job_functions(service: Service) -> dict[str, Callable[..., Any]]:
+    """The functions of the jobs this process knows (``--app``), by name; none without."""
+    app = service.queue.sync.app
+    found = {name: registered_job(app, name) for name in registered_names(app)}
+    return {name: job.function for name, job in found.items() if job is not None}
+
+
 def check_job_name(service: Service, name: str) -> None:
     """Refuse a job no worker can run, when this process knows the app's jobs (``--app``).
 
@@ -170,11 +178,16 @@ async def list_tasks(
     ] = None,
     name: Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)] = None,
     updated_after: Annotated[
-        AwareDatetime | None, Query(description="Only tasks written after this instant.")
+        Instant | None, Query(description="Only tasks written after this instant.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[
-        str | None, Query(description="``next_cursor`` of the previous page, same filters.")
+        str | None,
+        Query(
+            description="``next_cursor`` of the previous page, same filters.",
+            # Never empty; an empty one, as any the server did not make, is a 400.
+            json_schema_extra={"minLength": 1},
+        ),
     ] = None,
 ) -> TaskList:
     """The caller's tasks, newest first, one page at a time (keyset cursors); 401 anonymous."""
