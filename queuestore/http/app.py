@@ -33,8 +33,8 @@ from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, loa
 from queuestore.http.limits import BodyLimit
 from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
-from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health, state_jobs
-from queuestore.http.service import Service, ServiceDep
+from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health, Whoami, state_jobs
+from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.queue import TaskQueue
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def create_app(
     app.include_router(batch.router)
     app.include_router(events.router)
     _health(app)
+    _whoami(app)
     _dashboard(app)
     _metrics(app)
     return app
@@ -174,6 +175,14 @@ def _health(app: FastAPI) -> None:
                 headers={"Retry-After": str(service.settings.http_retry_after)},
             ) from None
         return Health(status="ok")
+
+
+def _whoami(app: FastAPI) -> None:
+    @app.get("/whoami", tags=["auth"], responses=problems.responses(401))
+    async def whoami(principal: Principal) -> Whoami:
+        """Who the server takes the caller for: its principal, null when anonymous; 401 for
+        a token that is not valid."""
+        return Whoami(principal=principal)
 
 
 def _metrics(app: FastAPI) -> None:

@@ -353,6 +353,20 @@ class TaskList(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as ``cursor`` for the next page; null on the last page."
     )
+    total: int | None = Field(
+        None,
+        description="How many tasks the filters match, on every page, when asked with "
+        "``total=true``; null otherwise.",
+    )
+
+
+class Whoami(BaseModel):
+    """Who the server takes the caller for."""
+
+    principal: str | None = Field(
+        description="The caller's principal, the owner of the tasks it creates and sees; "
+        "null for an anonymous caller."
+    )
 
 
 class JobRunning(BaseModel):

@@ -189,21 +189,27 @@ async def list_tasks(
             json_schema_extra={"minLength": 1},
         ),
     ] = None,
+    total: Annotated[
+        bool, Query(description="Also count the tasks the filters match (one more query).")
+    ] = False,
 ) -> TaskList:
     """The caller's tasks, newest first, one page at a time (keyset cursors); 401 anonymous."""
-    page = await service.store.list(
-        owner=named(principal, "listing tasks"),
-        status=None if status is None else list[TaskStatus | str](status),
-        context_id=context_id,
-        name=name,
-        updated_after=updated_after,
-        limit=limit,
-        cursor=cursor,
-    )
+    filters: dict[str, Any] = {
+        "owner": named(principal, "listing tasks"),
+        "status": None if status is None else list[TaskStatus | str](status),
+        "context_id": context_id,
+        "name": name,
+        "updated_after": updated_after,
+    }
+    page = await service.store.list(**filters, limit=limit, cursor=cursor)
     if page.next_cursor is not None:
         following = request.url.include_query_params(cursor=page.next_cursor)
         response.headers["Link"] = f'<{following}>; rel="next"'
-    return TaskList(tasks=[TaskView.of(task) for task in page.tasks], next_cursor=page.next_cursor)
+    return TaskList(
+        tasks=[TaskView.of(task) for task in page.tasks],
+        next_cursor=page.next_cursor,
+        total=await service.store.count(**filters) if total else None,
+    )
 
 
 @router.get(":running", responses=responses(401, 503))

@@ -429,3 +429,37 @@ def test_running_shows_the_caller_s_runs_beside_the_limits() -> None:
     assert bob.json() == {"running": 0, "limit": 2, "jobs": {"report": {"running": 0, "limit": 1}}}
     assert anonymous.status_code == 401
     app.close()
+
+
+def test_whoami_names_the_callers_principal(queue: TaskQueue) -> None:
+    with client(queue, http_tokens={"t1": "alice"}, http_trusted_header="X-User") as http:
+        assert http.get("/whoami").json() == {"principal": None}
+        assert http.get("/whoami", headers={"Authorization": "Bearer t1"}).json() == {
+            "principal": "alice"
+        }
+        assert http.get("/whoami", headers={"X-User": "carol"}).json() == {"principal": "carol"}
+        refused = http.get("/whoami", headers={"Authorization": "Bearer t2"})
+        assert refused.status_code == 401
+        assert refused.json()["type"].endswith("unauthorized")
+
+
+def test_a_page_counts_the_tasks_its_filters_match_when_asked(queue: TaskQueue) -> None:
+    for _ in range(3):
+        queue.submit("job", owner="alice")
+    queue.store.cancel(queue.submit("job", owner="alice").id)
+    queue.submit("job", owner="bob")
+    alice = {"Authorization": "Bearer t1"}
+    with client(queue, http_tokens={"t1": "alice"}) as http:
+        page = http.get("/tasks", params={"limit": 2, "total": "true"}, headers=alice).json()
+        assert (len(page["tasks"]), page["total"]) == (2, 4)
+        following = http.get(
+            "/tasks",
+            params={"limit": 2, "total": "true", "cursor": page["next_cursor"]},
+            headers=alice,
+        ).json()
+        assert (len(following["tasks"]), following["total"]) == (2, 4)
+        live = http.get(
+            "/tasks", params={"status": "submitted", "total": "true"}, headers=alice
+        ).json()
+        assert live["total"] == 3
+        assert http.get("/tasks", headers=alice).json()["total"] is None  # not counted

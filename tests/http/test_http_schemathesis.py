@@ -2,7 +2,7 @@
 
 Every schema-valid request must be accepted (``positive_data_acceptance``): the
 document states each limit the server enforces. The run is derandomized
-(a fixed seed) with a bounded number of examples per operation, 980 in all.
+(a fixed seed) with a bounded number of examples per operation, 1050 in all.
 
 The servers run on a deployment of their own (a fresh database, a queue with no
 worker), so the generated tasks never meet the other tests' assertions: one
@@ -40,7 +40,7 @@ CALLBACK_URL = "https://93.184.216.34/hook"
 """A callback URL every deployment accepts: a public address, with no name to resolve."""
 
 EXAMPLES = 70
-"""Examples per operation: 840 cases over the twelve operations, 140 over the creates
+"""Examples per operation: 910 cases over the thirteen operations, 140 over the creates
 of the server that knows the jobs."""
 
 
@@ -82,6 +82,7 @@ OPERATIONS = [
     "GET /tasks/{task_id}/deliveries",
     "POST /tasks/{task_id}/deliveries/{delivery_id}/redeliver",
     "DELETE /tasks/{task_id}",
+    "GET /whoami",
     "GET /livez",
     "GET /readyz",
 ]
