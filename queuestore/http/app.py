@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import importlib
 import importlib.util
 import logging
 import re
@@ -21,6 +20,7 @@ from types import FrameType
 from typing import Any, Final
 
 from celery import Celery
+from celery.utils.imports import import_from_cwd
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.routing import Route
@@ -139,12 +139,14 @@ def _queue_from(settings: Settings) -> TaskQueue:
 def load_queue(path: str, settings: Settings) -> TaskQueue:
     """The :class:`TaskQueue` at ``module[:name]``, or one on the Celery app there.
 
+    The module is looked up in the current folder too, as ``celery -A`` does.
+
     Raises:
         ImportError: the module cannot be imported.
         ValueError: nothing there is a TaskQueue or a Celery app.
     """
     module_name, _, name = path.partition(":")
-    module = importlib.import_module(module_name)
+    module = import_from_cwd(module_name)
     names = [name] if name else ["queue", "app"]
     for candidate in names:
         found = getattr(module, candidate, None)

@@ -32,6 +32,7 @@ from queuestore import (
     job,
 )
 from queuestore.http import StaticTokens, create_app
+from queuestore.http.app import load_queue
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
 from queuestore.validation import NAME_PATTERN
@@ -177,6 +178,26 @@ def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: P
     assert done.returncode == 2
     assert done.stdout == b""
     assert done.stderr.decode().strip().splitlines() == [f"queuestore: error: {message}"]
+
+
+def test_serve_finds_the_app_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As `celery -A` and `queuestore worker -A` do: the tutorial's reports.py, run from
+    # its folder by the `queuestore` script (whose own folder is first on sys.path).
+    (tmp_path / "served_from_here.py").write_text(
+        "from celery import Celery\n\napp = Celery('here', broker='memory://')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    settings = Settings(home=tmp_path)
+    served = load_queue("served_from_here", settings)
+    try:
+        assert served.app.main == "here"
+        assert str(tmp_path) not in sys.path  # imported, not left on the path
+    finally:
+        served.store.close()
+        monkeypatch.delitem(sys.modules, "served_from_here")
 
 
 def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
