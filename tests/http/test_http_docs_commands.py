@@ -33,7 +33,8 @@ from queuestore.store.callbacks import Settlement
 
 ROOT = Path(__file__).resolve().parents[2]
 API = "localhost:8000"
-TOKENS = {"t-alice": "alice"}
+TOKENS = {"t-alice": "alice", "a-long-random-token": "alice"}
+"""The tokens the pages show, and their principal."""
 HOOK_HOST = "hooks.example.com"
 HOOK_ADDRESS = "93.184.216.34"
 """Where the pages' receiver resolves here: a public address, so no lookup leaves the host."""
