@@ -1,4 +1,4 @@
-"""Push: how soon a status change reaches its callback, and what the outbox trigger costs.
+"""Push: how soon a status change reaches its callback, and what the delivery trigger costs.
 
 Three measurements on PostgreSQL, each beside its baseline in the same run:
 
@@ -12,7 +12,7 @@ Three measurements on PostgreSQL, each beside its baseline in the same run:
 - **burst**: ``--burst`` tasks completed one after the other, then the time
   until the receiver has every delivery. Baseline: the same number of POSTs
   from this process on as many threads as the deliverer has (``--concurrency``).
-- **trigger**: the cost of the outbox trigger on a status write of a task
+- **trigger**: the cost of the delivery trigger on a status write of a task
   *without* callbacks (every task's path): ``TaskStore.update(status=...)`` on
   fresh tasks, with the trigger enabled and disabled, alternating rounds.
 
@@ -123,7 +123,7 @@ def main() -> None:
 def latency(
     store: SqlTaskStore, raw: psycopg.Connection, hook: str, arrivals: Arrivals, count: int
 ) -> None:
-    """Change to arrival, one task at a time: through the outbox, and the raw floor."""
+    """Change to arrival, one task at a time: through the deliveries, and the raw floor."""
     times: dict[str, list[float]] = {"queuestore": [], "raw": []}
     for _ in range(count):
         task = store.create("bench.push")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from a2a.server.agent_execution import RequestContext
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -54,7 +54,19 @@ def agent_card(
 
     It advertises streaming and, unless ``push_notifications`` is False, push
     notifications (which :class:`A2AServer` then serves).
+
+    Args:
+        skills: what the agent can do; the specification requires at least one.
+            By default one skill, ``main``, named and described as the agent and
+            tagged with its name.
+
+    Raises:
+        ValueError: ``skills`` is an empty list.
     """
+    if skills is not None and not skills:
+        raise ValueError("an agent card needs at least one skill (or skills=None for one default)")
+    if skills is None:
+        skills = [AgentSkill(id="main", name=name, description=description, tags=[name])]
     base = url.rstrip("/")
     return AgentCard(
         name=name,
@@ -67,8 +79,14 @@ def agent_card(
         capabilities=AgentCapabilities(streaming=True, push_notifications=push_notifications),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain", "application/json"],
-        skills=skills or [],
+        skills=skills,
     )
+
+
+DEFAULT_CARD_CACHE_CONTROL: Final = "public, max-age=300"
+"""How long clients may keep the agent card without asking again (the specification's
+SHOULD): five minutes, then one conditional request (``ETag``) answered 304 while the
+card is unchanged."""
 
 
 class A2AServer:
@@ -92,6 +110,7 @@ class A2AServer:
         answer_from: the answer to the job's question, from a continuing message.
         interrupted_task_timeout: seconds a task waiting for input stays in the
             SDK's memory before it is released (the row keeps it regardless).
+        card_cache_control: the ``Cache-Control`` of the served card; None sends none.
     """
 
     def __init__(
@@ -105,8 +124,10 @@ class A2AServer:
         input_from: Callable[[RequestContext], Mapping[str, Any]] = text_input,
         answer_from: Callable[[RequestContext], JsonValue] = text_answer,
         interrupted_task_timeout: float | None = 60.0,
+        card_cache_control: str | None = DEFAULT_CARD_CACHE_CONTROL,
     ) -> None:
         self.card = card
+        self.card_cache_control = card_cache_control
         self.context_builder = context_builder
         self.store = VersionedQueuestoreTaskStore(queue, owner_resolver=owner_resolver)
         self.events = QueuestoreEventStream(queue.store)
@@ -130,7 +151,7 @@ class A2AServer:
     def routes(self) -> list[Any]:
         """The agent card, JSON-RPC at ``/`` and the REST routes."""
         return [
-            *create_agent_card_routes(self.card),
+            *create_agent_card_routes(self.card, cache_control=self.card_cache_control),
             *create_jsonrpc_routes(self.handler, rpc_url="/", context_builder=self.context_builder),
             *create_rest_routes(self.handler, context_builder=self.context_builder),
         ]

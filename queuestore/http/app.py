@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import importlib
 import importlib.util
 import logging
 import re
@@ -21,6 +20,7 @@ from types import FrameType
 from typing import Any, Final
 
 from celery import Celery
+from celery.utils.imports import import_from_cwd
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.routing import Route
@@ -34,8 +34,8 @@ from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, loa
 from queuestore.http.body_limit import BodyLimit
 from queuestore.http.origin import SameOriginWrites
 from queuestore.http.problems import ProblemError
-from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health
-from queuestore.http.service import Service, ServiceDep
+from queuestore.http.schemas import JSON_DOCUMENT_SCHEMA, Health, Whoami, state_jobs
+from queuestore.http.service import Principal, Service, ServiceDep
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +107,25 @@ def create_app(
     app.include_router(batch.router)
     app.include_router(sse.router)
     _health(app)
+    _whoami(app)
     _dashboard(app)
     _metrics(app)
     return app
 
 
 def _document_json(app: FastAPI) -> None:
-    """Add the ``JsonDocument`` component the request bodies refer to."""
+    """Add the ``JsonDocument`` component the request bodies refer to and, once the
+    app runs, the jobs of its queue's Celery app (:func:`~queuestore.http.schemas.state_jobs`).
+    """
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         document = build()
         components = document.setdefault("components", {}).setdefault("schemas", {})
         components.setdefault("JsonDocument", JSON_DOCUMENT_SCHEMA)
+        service: Service | None = getattr(app.state, "queuestore", None)
+        if service is not None:
+            state_jobs(components, tasks.job_functions(service))
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -133,12 +139,14 @@ def _queue_from(settings: Settings) -> TaskQueue:
 def load_queue(path: str, settings: Settings) -> TaskQueue:
     """The :class:`TaskQueue` at ``module[:name]``, or one on the Celery app there.
 
+    The module is looked up in the current folder too, as ``celery -A`` does.
+
     Raises:
         ImportError: the module cannot be imported.
         ValueError: nothing there is a TaskQueue or a Celery app.
     """
     module_name, _, name = path.partition(":")
-    module = importlib.import_module(module_name)
+    module = import_from_cwd(module_name)
     names = [name] if name else ["queue", "app"]
     for candidate in names:
         found = getattr(module, candidate, None)
@@ -169,6 +177,14 @@ def _health(app: FastAPI) -> None:
                 headers={"Retry-After": str(service.settings.http_retry_after)},
             ) from None
         return Health(status="ok")
+
+
+def _whoami(app: FastAPI) -> None:
+    @app.get("/whoami", tags=["auth"], responses=problems.responses(401))
+    async def whoami(principal: Principal) -> Whoami:
+        """Who the server takes the caller for: its principal, null when anonymous; 401 for
+        a token that is not valid."""
+        return Whoami(principal=principal)
 
 
 def _metrics(app: FastAPI) -> None:

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Header, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from queuestore import TaskStore
-from queuestore.core.errors import InvalidTaskData, TaskConflict, TaskNotFound
+from queuestore.core.errors import CallbackRefused, InvalidTaskData, TaskConflict, TaskNotFound
 from queuestore.core.models import Task, new_task_id
 from queuestore.http import idempotency
 from queuestore.http.bodies import JsonRoute
@@ -238,13 +238,18 @@ def _existing(store: TaskStore, task_ids: Collection[str], owner: str | None) ->
 
 
 def _refused(error: InvalidTaskData, fresh: Sequence[int]) -> Exception:
-    """The store's refusal of an item, naming it by its place in the batch, not in ``fresh``."""
+    """The store's refusal of an item, naming it by its place in the batch, not in ``fresh``.
+
+    A refused callback URL is ``callback-refused``, anything else ``invalid-task-data``.
+    """
     match = _ITEM_FIELD.fullmatch(error.field or "")
     if match is None:
         return error
     index, field = fresh[int(match[1])], match[2]
     message = str(error).removeprefix(f"{error.field}: ")
-    return _item_problem(422, "invalid-task-data", index, field, message, task_id=error.task_id)
+    # The kinds a single create answers, so that a client handles both alike.
+    kind = "callback-refused" if isinstance(error, CallbackRefused) else "invalid-task-data"
+    return _item_problem(422, kind, index, field, message, task_id=error.task_id)
 
 
 def _key_reused(index: int, why: str, *, task_id: str | None = None) -> ProblemError:

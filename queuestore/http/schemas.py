@@ -7,7 +7,9 @@ times are RFC 3339 date-times with an offset.
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from typing import Annotated, Any, Final
 
@@ -88,13 +90,14 @@ def _json_integer(value: object) -> object:
     return value
 
 
-StartTime = Annotated[
+Instant = Annotated[
     AwareDatetime,
     BeforeValidator(_rfc3339_text),
     AfterValidator(_within_the_calendar),
     WithJsonSchema({"type": "string", "format": "date-time", "pattern": _CALENDAR_ENDS_PATTERN}),
 ]
-"""When a job may start: an RFC 3339 date-time with an offset, off the calendar's end days."""
+"""An instant (``run_at``, ``updated_after``): an RFC 3339 date-time with an offset, off
+the calendar's end days; never a number of seconds."""
 
 
 def _json_object(description: str) -> Any:
@@ -103,6 +106,70 @@ def _json_object(description: str) -> Any:
         description=description,
         json_schema_extra={"propertyNames": {"pattern": NO_NUL_PATTERN}},
     )
+
+
+_JSON_DOCUMENT_REF: Final = {"$ref": "#/components/schemas/JsonDocument"}
+_NOTHING_FITS: Final[dict[str, Any]] = {"not": {}}
+
+_Parameter = inspect.Parameter
+_TAKES_THE_CONTEXT: Final = (
+    _Parameter.POSITIONAL_ONLY,
+    _Parameter.POSITIONAL_OR_KEYWORD,
+    _Parameter.VAR_POSITIONAL,
+)
+_BY_KEYWORD: Final = (_Parameter.POSITIONAL_OR_KEYWORD, _Parameter.KEYWORD_ONLY)
+
+_CREATE_BODIES: Final = ("CreateTask", "CreateTaskItem")
+"""The components whose ``name`` and ``input`` :func:`state_jobs` states."""
+
+
+def state_jobs(schemas: dict[str, Any], jobs: Mapping[str, Callable[..., Any]]) -> None:
+    """State the server's ``jobs`` in the create bodies' ``schemas`` (OpenAPI components).
+
+    ``name`` becomes an ``enum`` of the jobs, and one ``oneOf`` branch a job
+    says the ``input`` its function takes (:func:`job_input_schema`), so that
+    the document refuses what the server refuses. Nothing changes without jobs:
+    a server that does not know the workers' jobs takes any name.
+    """
+    if not jobs:
+        return
+    branches = []
+    for name, function in sorted(jobs.items()):
+        takes = job_input_schema(function)
+        needed = ["name", "input"] if "required" in takes or "not" in takes else ["name"]
+        branches.append(
+            {"properties": {"name": {"const": name}, "input": takes}, "required": needed}
+        )
+    for component in _CREATE_BODIES:
+        schemas[component]["properties"]["name"]["enum"] = sorted(jobs)
+        schemas[component]["oneOf"] = branches
+
+
+def job_input_schema(function: Callable[..., Any]) -> dict[str, Any]:
+    """The JSON Schema of the input ``function(ctx, **input)`` takes.
+
+    The rule is the worker's (``inspect.signature(function).bind(ctx, **input)``):
+    the keyword parameters after the context, those without a default required,
+    no other key unless it takes ``**kwargs``. Any JSON value fits a parameter.
+    """
+    parameters = list(inspect.signature(function).parameters.values())
+    if not parameters or parameters[0].kind not in _TAKES_THE_CONTEXT:
+        return dict(_NOTHING_FITS)
+    if parameters[0].kind is not _Parameter.VAR_POSITIONAL:
+        parameters = parameters[1:]
+    if any(p.kind is _Parameter.POSITIONAL_ONLY and p.default is p.empty for p in parameters):
+        return dict(_NOTHING_FITS)  # a positional-only parameter cannot be given by keyword
+    keywords = [p for p in parameters if p.kind in _BY_KEYWORD]
+    others = any(p.kind is _Parameter.VAR_KEYWORD for p in parameters)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {p.name: _JSON_DOCUMENT_REF for p in keywords},
+        "additionalProperties": _JSON_DOCUMENT_REF if others else False,
+    }
+    required = [p.name for p in keywords if p.default is p.empty]
+    if required:
+        schema["required"] = required
+    return schema
 
 
 class _Body(BaseModel):
@@ -154,7 +221,7 @@ class CreateTask(_Body):
         description="Seconds the task is kept once finished; default: the janitor's TTL.",
     )
     metadata: dict[str, JsonDocument] = _json_object("Kept verbatim with the task.")
-    run_at: StartTime | None = Field(
+    run_at: Instant | None = Field(
         None,
         description="When the job may start, with an offset (a time past: at once); "
         "not with delay.",
@@ -285,6 +352,20 @@ class TaskList(BaseModel):
     tasks: list[TaskView]
     next_cursor: str | None = Field(
         description="Pass as ``cursor`` for the next page; null on the last page."
+    )
+    total: int | None = Field(
+        None,
+        description="How many tasks the filters match, on every page, when asked with "
+        "``total=true``; null otherwise.",
+    )
+
+
+class Whoami(BaseModel):
+    """Who the server takes the caller for."""
+
+    principal: str | None = Field(
+        description="The caller's principal, the owner of the tasks it creates and sees; "
+        "null for an anonymous caller."
     )
 
 

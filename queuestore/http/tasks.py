@@ -8,11 +8,11 @@ store and the queue; this module only translates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
-from pydantic import AwareDatetime
 
 from queuestore.core.errors import TaskConflict, TaskNotFound
 from queuestore.core.models import TASK_ID_PATTERN, TaskStatus, new_task_id
@@ -27,6 +27,7 @@ from queuestore.http.schemas import (
     CreateTask,
     DeliveryList,
     DeliveryView,
+    Instant,
     JobRunning,
     ResumeTask,
     Running,
@@ -137,6 +138,11 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
     }
 
 
+def job_functions(service: Service) -> dict[str, Callable[..., Any]]:
+    """The functions of the jobs this process knows (``--app``), by name; none without."""
+    return {name: job.function for name, job in service.queue.sync.jobs.items()}
+
+
 def check_job_name(service: Service, name: str) -> None:
     """Refuse a job no worker can run, when this process knows the app's jobs (``--app``).
 
@@ -169,27 +175,38 @@ async def list_tasks(
     ] = None,
     name: Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)] = None,
     updated_after: Annotated[
-        AwareDatetime | None, Query(description="Only tasks written after this instant.")
+        Instant | None, Query(description="Only tasks written after this instant.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[
-        str | None, Query(description="``next_cursor`` of the previous page, same filters.")
+        str | None,
+        Query(
+            description="``next_cursor`` of the previous page, same filters.",
+            # Never empty; an empty one, as any the server did not make, is a 400.
+            json_schema_extra={"minLength": 1},
+        ),
     ] = None,
+    total: Annotated[
+        bool, Query(description="Also count the tasks the filters match (one more query).")
+    ] = False,
 ) -> TaskList:
     """The caller's tasks, newest first, one page at a time (keyset cursors); 401 anonymous."""
-    page = await service.store.list(
-        owner=named(principal, "listing tasks"),
-        status=None if status is None else list[TaskStatus | str](status),
-        context_id=context_id,
-        name=name,
-        updated_after=updated_after,
-        limit=limit,
-        cursor=cursor,
-    )
+    filters: dict[str, Any] = {
+        "owner": named(principal, "listing tasks"),
+        "status": None if status is None else list[TaskStatus | str](status),
+        "context_id": context_id,
+        "name": name,
+        "updated_after": updated_after,
+    }
+    page = await service.store.list(**filters, limit=limit, cursor=cursor)
     if page.next_cursor is not None:
         following = request.url.include_query_params(cursor=page.next_cursor)
         response.headers["Link"] = f'<{following}>; rel="next"'
-    return TaskList(tasks=[TaskView.of(task) for task in page.tasks], next_cursor=page.next_cursor)
+    return TaskList(
+        tasks=[TaskView.of(task) for task in page.tasks],
+        next_cursor=page.next_cursor,
+        total=await service.store.count(**filters) if total else None,
+    )
 
 
 @router.get(":running", responses=responses(401, 503))

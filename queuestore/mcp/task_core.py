@@ -152,6 +152,10 @@ class TaskCore:
 
         If the client gives up on the call (``notifications/cancelled``, a
         closed connection), the task is cancelled too: nobody would read it.
+
+        Raises:
+            MCPError: -32603, the server failed or rejected the task
+                (:func:`~queuestore.mcp.wire.protocol_error`).
         """
         task = await self.create(tool, arguments, None)
         owner = self.principal()
@@ -170,6 +174,7 @@ class TaskCore:
                 content=[types.TextContent(type="text", text=f"still running as task {task.id}")],
                 is_error=True,
             )
+        wire.raise_protocol_error(final)
         return call_tool_result(final)
 
     async def _abandon(self, task_id: str, owner: str | None) -> None:

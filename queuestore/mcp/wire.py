@@ -54,6 +54,22 @@ STATUS: Final[dict[TaskStatus, types.TaskStatus]] = {
 }
 """queuestore status -> MCP task status."""
 
+SERVER_FAILURES: Final = frozenset(
+    {
+        "WorkerLost",  # the reaper: the worker of every run died (QUEUESTORE_MAX_ATTEMPTS)
+        "UnknownJob",  # the worker that took the message has no such job
+        "InvalidTaskData",  # the worker could not store what the job returned or reported
+        "celery.exceptions.SoftTimeLimitExceeded",  # the job's time limit stopped it
+    }
+)
+"""The error types of a failed task that the server failed, not the tool.
+
+They are the protocol's errors: the tool did not get to answer. Any other
+type is what the job raised (an exception of queuestore's own that a job
+raises carries its module, ``queuestore.core.errors.InvalidTaskData``), the tool's
+error. A task is rejected by the server too.
+"""
+
 ANSWER_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {"answer": {"type": "string", "description": "Your answer."}},
@@ -115,15 +131,32 @@ def input_key(task: Task) -> str:
     return f"input-{len(task.answers)}"
 
 
+def protocol_error(task: Task) -> dict[str, Any] | None:
+    """The JSON-RPC error of a task the server failed or rejected; None for any other.
+
+    A task the server failed has an error of a :data:`SERVER_FAILURES` type,
+    which ``data.type`` names; a rejected one, its reason.
+    """
+    error = task.error
+    if task.status is TaskStatus.FAILED and error is not None and error.type in SERVER_FAILURES:
+        message = error.message or error.type
+        return {"code": types.INTERNAL_ERROR, "message": message, "data": {"type": error.type}}
+    if task.status is TaskStatus.REJECTED:
+        reason = error.message if error is not None else task.status_message
+        return {"code": types.INTERNAL_ERROR, "message": reason or "task rejected"}
+    return None
+
+
 def sep_task(task: Task, poll_interval_ms: int, *, detailed: bool) -> dict[str, Any]:
     """The SEP-2663 ``Task``; ``detailed`` inlines the result, error or input requests.
 
     A job that raised is a tool result with ``isError: true``, so its task is
-    ``completed`` here: the extension keeps ``failed`` for JSON-RPC errors,
-    which a rejected task stands for.
+    ``completed`` here: the extension keeps ``failed`` for protocol errors,
+    which a task the server failed or rejected stands for (:func:`protocol_error`).
     """
+    error = protocol_error(task)
     status = mcp_status(task)
-    if task.status is TaskStatus.FAILED:
+    if task.status is TaskStatus.FAILED and error is None:
         status = "completed"
     shown: dict[str, Any] = {
         "taskId": task.id,
@@ -137,13 +170,12 @@ def sep_task(task: Task, poll_interval_ms: int, *, detailed: bool) -> dict[str, 
         shown["statusMessage"] = task.status_message
     if not detailed:
         return shown
-    if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+    if error is not None:
+        shown["error"] = error
+    elif task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
         shown["result"] = call_tool_result(task).model_dump(
             by_alias=True, mode="json", exclude_none=True, exclude={"result_type"}
         )
-    elif task.status is TaskStatus.REJECTED:
-        reason = task.error.message if task.error is not None else task.status_message
-        shown["error"] = {"code": types.INTERNAL_ERROR, "message": reason or "task rejected"}
     elif status == "input_required":
         shown["inputRequests"] = {
             input_key(task): {
@@ -159,7 +191,12 @@ def sep_task(task: Task, poll_interval_ms: int, *, detailed: bool) -> dict[str, 
 
 
 def tool_result_payload(task: Task) -> dict[str, Any]:
-    """``tasks/result``: exactly the tool's ``CallToolResult``, tied to the task in ``_meta``."""
+    """``tasks/result``: exactly the tool's ``CallToolResult``, tied to the task in ``_meta``.
+
+    Raises:
+        MCPError: the task's :func:`protocol_error`: what the call would have answered.
+    """
+    raise_protocol_error(task)
     result = call_tool_result(task).model_dump(
         by_alias=True, mode="json", exclude_none=True, exclude={"result_type"}
     )
@@ -184,6 +221,17 @@ def requested_ttl(task: object) -> int | None:
     if ttl < 1:
         invalid_params(f"invalid params: task.ttl must be at least 1 millisecond, not {ttl!r}")
     return int(ttl)
+
+
+def raise_protocol_error(task: Task) -> None:
+    """Raise the task's :func:`protocol_error`, if it has one.
+
+    Raises:
+        MCPError: the task was failed or rejected by the server.
+    """
+    error = protocol_error(task)
+    if error is not None:
+        raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
 
 
 def invalid_params(message: str) -> NoReturn:

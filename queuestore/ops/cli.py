@@ -28,9 +28,15 @@ from queuestore.beat.janitor import run_janitor
 from queuestore.config import Duration, Settings
 from queuestore.core.callbacks import CallbackEvents, CallbackFormat, CallbackRequest
 from queuestore.core.concurrency import Caps
-from queuestore.core.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
+from queuestore.core.errors import (
+    InvalidCursor,
+    InvalidTaskData,
+    InvalidTransition,
+    QueueStoreError,
+    TaskNotFound,
+)
 from queuestore.core.logs import setup as setup_logging
-from queuestore.core.models import LIVE, Task
+from queuestore.core.models import LIVE, Task, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.watch import Watch
 from queuestore.ops.presentation import TaskWatchView, task_table
@@ -333,15 +339,20 @@ def tasks_show(
 @tasks.command("watch")
 def tasks_watch(
     task_ids: Annotated[list[str] | None, typer.Argument(help="Tasks to follow.")] = None,
+    *,
     url: UrlOption = None,
     owner: OwnerOption = None,
     timeout: Annotated[
         float | None,
         typer.Option(help="Stop after this many seconds (exit 1 if the IDs are not finished)."),
     ] = None,
+    until: Annotated[
+        list[TaskStatus] | None,
+        typer.Option(help="Also stop once every task is in one of these live statuses."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Follow tasks live until every one is finished.
+    """Follow tasks live until every one is finished (or, --until, in one of those statuses).
 
     Without IDs, follow every task (the live ones, then each one written) until
     Ctrl-C or --timeout. Changes arrive from the store's change feed
@@ -349,6 +360,11 @@ def tasks_watch(
     """
     if timeout is not None and timeout <= 0:
         _fail("--timeout must be more than 0 seconds", 2)
+    stops = frozenset(until or ())
+    if stops and not task_ids:
+        _fail("--until needs the TASK_IDs to follow", 2)
+    if stops - LIVE:
+        _fail("--until takes live statuses (a finished task stops the watch anyway)", 2)
     with _reporting():
         store = _store(url)
         ids = list(dict.fromkeys(task_ids or []))
@@ -358,7 +374,9 @@ def tasks_watch(
                 current = {task_id: store.get(task_id, owner=_owner(owner)) for task_id in ids}
             else:
                 current = {t.id: t for t in store.iterate(owner=_owner(owner), status=LIVE)}
-            finished = _follow(store, changes, current, ids=ids, timeout=timeout, as_json=as_json)
+            finished = _follow(
+                store, changes, current, ids=ids, timeout=timeout, as_json=as_json, stops=stops
+            )
     if not finished and ids:
         _fail(f"tasks still running after {timeout}s", 1)
 
@@ -375,8 +393,10 @@ def _follow(
     ids: list[str],
     timeout: float | None,
     as_json: bool,
+    stops: frozenset[TaskStatus] = frozenset(),
 ) -> bool:
-    """Show changes until the followed tasks are terminal; False when ``timeout`` ran out."""
+    """Show changes until the followed tasks are terminal or in ``stops``; False when
+    ``timeout`` ran out."""
     deadline = None if timeout is None else time.monotonic() + timeout
     view = TaskWatchView(console, as_json=as_json)
     with view:
@@ -384,7 +404,9 @@ def _follow(
             view.show(task)
 
         def done() -> bool:
-            return bool(ids) and all(task.is_terminal for task in current.values())
+            return bool(ids) and all(
+                task.is_terminal or task.status in stops for task in current.values()
+            )
 
         while not done():
             wait = _RECHECK_SECONDS
@@ -426,7 +448,13 @@ def tasks_cancel(
     Put -- before an id that starts with -.
     """
     with _reporting():
-        task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
+        try:
+            task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
+        except InvalidTransition as exc:
+            _fail(
+                f"task {task_id} has already finished ({exc.current}): "
+                "only a live task can be cancelled"
+            )
     console.print(f"{task.id} {task.status}")
 
 
@@ -542,7 +570,13 @@ def tasks_resume(
         queue = TaskQueue(
             store, _celery_app(celery_app), priorities=settings.priorities, limits=settings.limits
         )
-        task = queue.resume(task_id, value, owner=_owner(owner))
+        try:
+            task = queue.resume(task_id, value, owner=_owner(owner))
+        except InvalidTransition as exc:
+            _fail(
+                f"task {task_id} is {exc.current}, not waiting for an answer "
+                "(input_required): nothing to resume"
+            )
     console.print(f"{task.id} {task.status}")
 
 

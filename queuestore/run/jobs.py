@@ -55,6 +55,7 @@ __all__ = [
     "execute",
     "job",
     "registered_job",
+    "registered_jobs",
     "registered_names",
 ]
 
@@ -107,6 +108,11 @@ def registered_job(app: Celery, name: str) -> Job | None:
 def registered_names(app: Celery) -> frozenset[str]:
     """The names of the jobs registered on ``app`` in this process."""
     return frozenset(_JOBS.get(app, {}))
+
+
+def registered_jobs(app: Celery) -> dict[str, Job]:
+    """The jobs registered on ``app`` in this process, by name (a copy)."""
+    return dict(_JOBS.get(app, {}))
 
 
 def job(

@@ -35,7 +35,13 @@ from queuestore.core.logs import quiet_revoke_bookkeeping
 from queuestore.core.models import Task, new_task_id
 from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
-from queuestore.run.jobs import prepare_worker, registered_job, registered_names
+from queuestore.run.jobs import (
+    Job,
+    prepare_worker,
+    registered_job,
+    registered_jobs,
+    registered_names,
+)
 from queuestore.store.base import TaskStore
 
 log = logging.getLogger(__name__)
@@ -156,6 +162,11 @@ class TaskQueue:
     def options(self) -> QueueOptions:
         """The queue's durations and limits, as given to the constructor."""
         return self.publisher.options
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        """The jobs registered on the queue's app in this process, by name."""
+        return registered_jobs(self.app)
 
     @property
     def job_names(self) -> frozenset[str]:

@@ -3,7 +3,8 @@
 Debian's ``chromium`` is started with ``--remote-debugging-port=0`` in a
 profile folder of its own; the port it picked is read from the folder's
 ``DevToolsActivePort`` file, and the page is driven through its WebSocket
-with ``websockets``: navigate, evaluate script, take a screenshot.
+with ``websockets``: navigate, evaluate script, resize the window, set the time
+zone, take a screenshot.
 """
 
 from __future__ import annotations
@@ -113,6 +114,21 @@ class Chromium:
                 page = self.evaluate("document.body.innerText")
                 raise AssertionError(f"timed out waiting for {what or expression}; page:\n{page}")
             time.sleep(0.05)
+
+    def resize(self, width: int, height: int = 900) -> None:
+        """Lay the page out in a window ``width`` CSS pixels wide (a laptop, a tablet)."""
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        self.wait(f"window.innerWidth === {width}", what=f"a {width} px wide window")
+
+    def time_zone(self, zone: str) -> None:
+        """Run the page as if the computer's time zone were ``zone`` (an IANA name)."""
+        self.send("Emulation.setTimezoneOverride", timezoneId=zone)
 
     def screenshot(self, path: Path) -> Path:
         data = self.send("Page.captureScreenshot", format="png")["data"]

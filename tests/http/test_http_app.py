@@ -33,6 +33,7 @@ from queuestore import (
 )
 from queuestore.core.validation import NAME_PATTERN
 from queuestore.http import StaticTokens, create_app
+from queuestore.http.app import load_queue
 from queuestore.http.auth import load_verifier
 from queuestore.http.idempotency import task_id_for
 
@@ -177,6 +178,26 @@ def test_serve_refuses_a_bad_app_in_one_line(app: str, message: str, tmp_path: P
     assert done.returncode == 2
     assert done.stdout == b""
     assert done.stderr.decode().strip().splitlines() == [f"queuestore: error: {message}"]
+
+
+def test_serve_finds_the_app_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As `celery -A` and `queuestore worker -A` do: the tutorial's reports.py, run from
+    # its folder by the `queuestore` script (whose own folder is first on sys.path).
+    (tmp_path / "served_from_here.py").write_text(
+        "from celery import Celery\n\napp = Celery('here', broker='memory://')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    settings = Settings(home=tmp_path)
+    served = load_queue("served_from_here", settings)
+    try:
+        assert served.app.main == "here"
+        assert str(tmp_path) not in sys.path  # imported, not left on the path
+    finally:
+        served.store.close()
+        monkeypatch.delitem(sys.modules, "served_from_here")
 
 
 def test_browsers_cross_site_writes_are_refused(queue: TaskQueue) -> None:
@@ -429,3 +450,37 @@ def test_running_shows_the_caller_s_runs_beside_the_limits() -> None:
     assert bob.json() == {"running": 0, "limit": 2, "jobs": {"report": {"running": 0, "limit": 1}}}
     assert anonymous.status_code == 401
     app.close()
+
+
+def test_whoami_names_the_callers_principal(queue: TaskQueue) -> None:
+    with client(queue, http_tokens={"t1": "alice"}, http_trusted_header="X-User") as http:
+        assert http.get("/whoami").json() == {"principal": None}
+        assert http.get("/whoami", headers={"Authorization": "Bearer t1"}).json() == {
+            "principal": "alice"
+        }
+        assert http.get("/whoami", headers={"X-User": "carol"}).json() == {"principal": "carol"}
+        refused = http.get("/whoami", headers={"Authorization": "Bearer t2"})
+        assert refused.status_code == 401
+        assert refused.json()["type"].endswith("unauthorized")
+
+
+def test_a_page_counts_the_tasks_its_filters_match_when_asked(queue: TaskQueue) -> None:
+    for _ in range(3):
+        queue.submit("job", owner="alice")
+    queue.store.cancel(queue.submit("job", owner="alice").id)
+    queue.submit("job", owner="bob")
+    alice = {"Authorization": "Bearer t1"}
+    with client(queue, http_tokens={"t1": "alice"}) as http:
+        page = http.get("/tasks", params={"limit": 2, "total": "true"}, headers=alice).json()
+        assert (len(page["tasks"]), page["total"]) == (2, 4)
+        following = http.get(
+            "/tasks",
+            params={"limit": 2, "total": "true", "cursor": page["next_cursor"]},
+            headers=alice,
+        ).json()
+        assert (len(following["tasks"]), following["total"]) == (2, 4)
+        live = http.get(
+            "/tasks", params={"status": "submitted", "total": "true"}, headers=alice
+        ).json()
+        assert live["total"] == 3
+        assert http.get("/tasks", headers=alice).json()["total"] is None  # not counted

@@ -104,6 +104,27 @@ def test_a_create_with_a_callback_registers_it(http: TestClient, queue: TaskQueu
     assert queue.store.callbacks(without.json()["id"], owner=ANY) == []
 
 
+def test_add_callback_adds_under_another_id_and_replaces_the_creates_without_one(
+    http: TestClient, queue: TaskQueue
+) -> None:
+    # What docs/howto/receive-webhooks.md promises of TaskStore.add_callback.
+    body = {"name": "job", "callback": {"url": HOOK}}
+    task_id = http.post("/tasks", json=body, headers=ALICE).json()["id"]
+    finish(queue.store, task_id)
+    other = "http://127.0.0.1:9/audit"
+
+    queue.store.add_callback(task_id, other, callback_id="audit")
+    callbacks = {c.id: c.url for c in queue.store.callbacks(task_id, owner=ANY)}
+    assert callbacks == {"default": HOOK, "audit": other}
+    sent = [(d.callback_id, d.status) for d in queue.store.deliveries(task_id)]
+    assert sent == [("default", "completed"), ("audit", "completed")]  # its end, at once
+
+    queue.store.add_callback(task_id, other)  # no id: the create's, replaced
+    callbacks = {c.id: c.url for c in queue.store.callbacks(task_id, owner=ANY)}
+    assert callbacks == {"default": other, "audit": other}
+    assert len(queue.store.deliveries(task_id)) == 2  # nothing sent again
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
@@ -174,8 +195,14 @@ def test_a_batch_item_with_a_refused_callback_creates_nothing(
     items = [{"name": "job"}, {"name": "job", "callback": {"url": "http://10.0.0.1/x"}}]
     response = http.post("/tasks:batch", json={"tasks": items}, headers=ALICE)
 
-    problem = assert_problem(response, 422)
-    assert "10.0.0.1" in problem["detail"]
+    # The same problem as a single create's, naming the item.
+    problem = assert_problem(response, 422, "callback-refused")
+    assert problem["detail"].startswith("tasks[1].callback.url: "), problem
+    assert "private address 10.0.0.1" in problem["detail"]
+    (error,) = problem["errors"]
+    assert error["loc"] == ["body", "tasks", 1, "callback", "url"]
+    assert error["type"] == "callback-refused"
+    assert "private address 10.0.0.1" in error["msg"]
     assert queue.store.count(owner=ANY) == 0
 
 

@@ -1,23 +1,28 @@
 """The dashboard in headless Chromium (Debian's ``chromium``) against the real API and worker.
 
-Signed in as Alice, the page lists her tasks and not Bob's; a task created
-after the page loaded appears, and its worker's progress moves, without a
-reload (the page's event stream); the cancel button cancels it in the store, and the
-resume button answers a task that waits for input; a scheduled task that has not
-started shows when it starts.
-At 1280 px the table fits its panel, only a running job without progress draws a moving
-bar, a failed row shows its error, and an injected inline handler does not run (the
-policy allows the page's own script by digest). Screenshots are saved in the test's
-temporary folder.
+Signed in as Alice, the page says so, lists her tasks and not Bob's, and counts
+them; a task created after the page loaded appears, and its worker's progress
+moves, without a reload (the page's event stream); the cancel button cancels it
+in the store, and the resume button answers a task that waits for input; a
+scheduled task that has not started shows when it starts. With nothing to show,
+the page says whose tasks it lists and why there are none. Every time is 24-hour,
+in the browser's time zone, to the second, with the zone, in the list (which
+shows creation, its order) and in the detail alike.
+At 1280 and at 800 px nothing overflows its panel, the status and the time are
+never cut, the action buttons stand apart, only a running job without progress
+draws a moving bar, a failed row shows its error, and an injected inline handler
+does not run (the policy allows the page's own script by digest). Screenshots are
+saved in the test's temporary folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import ModuleType
 
@@ -47,25 +52,55 @@ def row(task_id: str) -> str:
     return f"document.querySelector('tr[data-task-id={json.dumps(task_id)}]')"
 
 
+def sign_in(browser: Chromium, token: str) -> None:
+    browser.evaluate(
+        f"document.getElementById('token').value = {json.dumps(token)};"
+        "document.querySelector('#signin button[type=submit]').click()"
+    )
+
+
+def text_of(browser: Chromium, element_id: str) -> str:
+    return str(browser.evaluate(f"document.getElementById({json.dumps(element_id)}).innerText"))
+
+
+KOLKATA = timezone(timedelta(hours=5, minutes=30), "Asia/Kolkata")
+"""A time zone without summer time, so the expected local times are plain arithmetic."""
+
+TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \S+")
+"""How the page shows every time: 24-hour, to the second, with the zone's name."""
+
+
+def counted(tasks: int) -> str:
+    return f"{tasks} task" if tasks == 1 else f"{tasks} tasks"
+
+
+def local(instant: str) -> str:
+    """``instant`` as the page shows it in Kolkata."""
+    moment = datetime.fromisoformat(instant).astimezone(KOLKATA)
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + " GMT+5:30"
+
+
 def test_dashboard_lists_follows_and_cancels(browser: Chromium, api: Api, tmp_path: Path) -> None:
     with api.client("token-alice") as alice, api.client("token-bob") as bob:
         earlier = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "b": 2}}).json()
         hidden = bob.post("/tasks", json={"name": "http.add", "input": {"a": 5, "b": 5}}).json()
 
         browser.navigate(f"{api.url}/dashboard")
-        browser.evaluate(
-            "document.getElementById('token').value = 'token-alice';"
-            "document.querySelector('#signin button[type=submit]').click();"
-            "window.notReloaded = true"
-        )
+        assert text_of(browser, "who") == "not signed in"
+        sign_in(browser, "token-alice")
+        browser.evaluate("window.notReloaded = true")
         browser.wait(f"{row(earlier['id'])} !== null", what="Alice's earlier task in the list")
         browser.wait("document.getElementById('live').dataset.state === 'open'", what="live")
         assert browser.evaluate(f"{row(hidden['id'])} === null"), "Bob's task is shown to Alice"
+        assert text_of(browser, "who") == "signed in as alice"
+        mine = alice.get("/tasks", params={"total": "true", "limit": 1}).json()["total"]
+        assert text_of(browser, "count") == counted(mine)
 
         task = alice.post(
             "/tasks", json={"name": "http.steps", "input": {"count": 60, "pause": 0.25}}
         ).json()
         browser.wait(f"{row(task['id'])} !== null", what="the new task, without a reload")
+        assert text_of(browser, "count") == counted(mine + 1)
         progress = f"Number({row(task['id'])}.querySelector('td.progress').dataset.progress || 0)"
         first = browser.wait(f"{progress} > 0 && {progress}", what="the worker's progress")
         browser.wait(f"{progress} > {first}", what="more progress")
@@ -97,8 +132,49 @@ def test_dashboard_lists_follows_and_cancels(browser: Chromium, api: Api, tmp_pa
         assert shot.read_bytes().startswith(b"\x89PNG")
 
 
-def test_dashboard_at_1280_fits_its_panel_and_shows_what_each_row_is(
-    browser: Chromium, api: Api, tmp_path: Path
+# Layout checks, as script: each is a list of what does not fit, empty when all is well.
+OVERFLOWS = """(() => {
+  const cut = (e) => e.scrollWidth > e.clientWidth + 1;
+  const out = (inner, outer) => inner.getBoundingClientRect().right
+    > outer.getBoundingClientRect().right + 1;
+  const found = [];
+  for (const section of document.querySelectorAll('main > section')) {
+    if (cut(section)) found.push('section#' + section.id + ' scrolls sideways');
+    for (const e of section.querySelectorAll('*')) {
+      if (e.closest('td, pre')) continue;  // cells end in an ellipsis; pre scrolls
+      if (out(e, section)) found.push(e.tagName + '#' + e.id + ' leaves section#' + section.id);
+    }
+  }
+  const table = document.querySelector('table');
+  if (cut(table)) found.push('the table is wider than its panel');
+  const header = document.querySelector('header');
+  for (const e of header.children) {
+    if (out(e, header)) found.push(e.tagName + '#' + e.id + ' leaves the header');
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth) {
+    found.push('the page scrolls sideways');
+  }
+  return found;
+})()"""
+
+CUT_CELLS = """[...document.querySelectorAll('td.status, td.created, th')]
+  .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.textContent)"""
+
+ACTIONS_APART = """(() => {
+  const parts = [...document.querySelectorAll('#detail .actions > *')];
+  const boxes = parts.map((e) => e.getBoundingClientRect());
+  const gaps = [];
+  for (let i = 1; i < boxes.length; i++) {
+    if (boxes[i].top >= boxes[i - 1].bottom) continue;  // wrapped onto the next line
+    gaps.push(boxes[i].left - boxes[i - 1].right);
+  }
+  return [parts.map((e) => e.id), gaps];
+})()"""
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_dashboard_fits_its_panels_and_shows_what_each_row_is(
+    browser: Chromium, api: Api, tmp_path: Path, width: int
 ) -> None:
     # A long message with long unbroken words (digests), as jobs report them.
     digest = "sha256:" + "0123456789abcdef" * 8
@@ -113,55 +189,132 @@ def test_dashboard_at_1280_fits_its_panel_and_shows_what_each_row_is(
             "/tasks", json={"name": "http.steps", "input": {"count": 400, "pause": 0.25}}
         ).json()
         cancelled = alice.post("/tasks", json={"name": "http.ask"}).json()
-        for task, status in ((failed, "failed"), (done, "completed")):
-            wait_for_status(alice, task["id"], status)
-        wait_for_status(alice, cancelled["id"], "input_required")
-        alice.post(f"/tasks/{cancelled['id']}/cancel", json={})
+        asking = alice.post("/tasks", json={"name": "http.ask", "input": {"question": "Go?"}})
+        waiting = asking.json()
+        try:
+            for task, status in ((failed, "failed"), (done, "completed")):
+                wait_for_status(alice, task["id"], status)
+            wait_for_status(alice, cancelled["id"], "input_required")
+            alice.post(f"/tasks/{cancelled['id']}/cancel", json={})
+            wait_for_status(alice, waiting["id"], "input_required")
 
+            browser.resize(width)
+            browser.navigate(f"{api.url}/dashboard")
+            sign_in(browser, "token-alice")
+            for task, status in (
+                (failed, "failed"),
+                (done, "completed"),
+                (cancelled, "cancelled"),
+                (running, "working"),
+                (waiting, "input_required"),
+            ):
+                browser.wait(
+                    f"{row(task['id'])}?.dataset.status === {json.dumps(status)}", what=status
+                )
+            browser.evaluate(f"{row(waiting['id'])}.click()")
+            browser.wait("document.getElementById('resume') !== null", what="the detail's actions")
+
+            assert browser.evaluate("window.innerWidth") == width
+            assert browser.evaluate(OVERFLOWS) == []
+            assert browser.evaluate(CUT_CELLS) == []  # input_required and the times, whole
+            ids, gaps = browser.evaluate(ACTIONS_APART)
+            assert ids == ["answer", "resume", "cancel"]
+            assert gaps, "the actions are not side by side"
+            assert all(gap >= 6 for gap in gaps), gaps
+
+            # The list shows when each task was created (its order), as the detail does.
+            created = browser.evaluate(
+                f"{row(waiting['id'])}.querySelector('td.created').innerText"
+            )
+            assert TIME.fullmatch(created), created
+            details = text_of(browser, "detail")
+            assert f"created\n{created}" in details
+            for label in ("updated", "started"):
+                shown = re.search(rf"{label}\n(.*)", details)
+                assert shown is not None
+                assert TIME.fullmatch(shown[1]), details
+
+            message = f"{row(failed['id'])}.querySelector('td.message')"
+            assert browser.evaluate(f"{message}.textContent") == "RuntimeError: disk full"
+            assert browser.evaluate(f"{message}.hasAttribute('data-error')")
+            moving = (
+                "document.querySelectorAll('tr:not([data-status=working]) progress:indeterminate')"
+            )
+            assert browser.evaluate(f"{moving}.length") == 0
+            assert browser.evaluate(f"{row(cancelled['id'])}.querySelector('progress')") is None
+            browser.screenshot(tmp_path / f"dashboard-{width}.png")
+
+            # The page's policy allows its own script by digest, never an injected handler.
+            browser.evaluate(
+                "const img = Object.assign(document.createElement('div'), {"
+                ' innerHTML: \'<img src="/no-such-image" onerror="window.injected = true">\' });'
+                "img.firstChild.addEventListener('error', () => { window.failedToLoad = true; });"
+                "document.body.append(img)"
+            )
+            browser.wait("window.failedToLoad === true", what="the injected image's error event")
+            assert browser.evaluate("window.injected === undefined")
+        finally:  # free the worker's slots for the next tests
+            alice.post(f"/tasks/{running['id']}/cancel", json={})
+            alice.post(f"/tasks/{waiting['id']}/cancel", json={})
+
+
+def test_every_time_is_local_24_hour_to_the_second_with_its_zone(
+    browser: Chromium, api: Api
+) -> None:
+    with api.client("token-alice") as alice:
+        task = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "b": 2}}).json()
+        task = wait_for_status(alice, task["id"], "completed")
+        browser.time_zone("Asia/Kolkata")
         browser.navigate(f"{api.url}/dashboard")
-        browser.evaluate(
-            "document.getElementById('token').value = 'token-alice';"
-            "document.querySelector('#signin button[type=submit]').click()"
-        )
-        for task, status in (
-            (failed, "failed"),
-            (done, "completed"),
-            (cancelled, "cancelled"),
-            (running, "working"),
-        ):
-            browser.wait(f"{row(task['id'])}?.dataset.status === {json.dumps(status)}", what=status)
+        sign_in(browser, "token-alice")
+        browser.wait(f"{row(task['id'])} != null", what="the task")
+        browser.evaluate(f"{row(task['id'])}.click()")
+        browser.wait("document.getElementById('detail').dataset.taskId", what="the detail")
 
-        assert browser.evaluate("window.innerWidth") == 1280
-        fits = browser.evaluate(
-            "(() => { const table = document.querySelector('table');"
-            " const panel = table.closest('section').getBoundingClientRect();"
-            " const updated = document.querySelector('thead th:last-child')"
-            ".getBoundingClientRect();"
-            " return [table.scrollWidth <= table.clientWidth + 1,"
-            "         table.getBoundingClientRect().right <= panel.right + 1,"
-            "         updated.right <= panel.right + 1,"
-            "         document.documentElement.scrollWidth <= window.innerWidth]; })()"
-        )
-        assert fits == [True, True, True, True]
+        cell = f"{row(task['id'])}.querySelector('td.created')"
+        assert browser.evaluate(f"{cell}.innerText") == local(task["created_at"])
+        assert browser.evaluate(f"{cell}.querySelector('time').dateTime") == task["created_at"]
+        details = text_of(browser, "detail")
+        for label in ("created", "started", "updated", "finished"):
+            assert f"{label}\n{local(task[label + '_at'])}" in details, details
 
-        message = f"{row(failed['id'])}.querySelector('td.message')"
-        assert browser.evaluate(f"{message}.textContent") == "RuntimeError: disk full"
-        assert browser.evaluate(f"{message}.hasAttribute('data-error')")
-        moving = "document.querySelectorAll('tr:not([data-status=working]) progress:indeterminate')"
-        assert browser.evaluate(f"{moving}.length") == 0
-        assert browser.evaluate(f"{row(cancelled['id'])}.querySelector('progress')") is None
-        browser.screenshot(tmp_path / "dashboard-1280.png")
 
-        # The page's policy allows its own script by digest, never an injected handler.
-        browser.evaluate(
-            "const img = Object.assign(document.createElement('div'), {"
-            ' innerHTML: \'<img src="/no-such-image" onerror="window.injected = true">\' });'
-            "img.firstChild.addEventListener('error', () => { window.failedToLoad = true; });"
-            "document.body.append(img)"
-        )
-        browser.wait("window.failedToLoad === true", what="the injected image's error event")
-        assert browser.evaluate("window.injected === undefined")
-        alice.post(f"/tasks/{running['id']}/cancel", json={})
+def test_with_no_tasks_to_show_the_dashboard_says_whose_it_lists_and_why(
+    browser: Chromium, pg: HttpDeployment, api: Api
+) -> None:
+    browser.navigate(f"{api.url}/dashboard")
+    browser.wait("!document.getElementById('empty').hidden", what="the empty list's words")
+    assert text_of(browser, "who") == "not signed in"
+    assert "Sign in with a bearer token to see your tasks" in text_of(browser, "empty")
+    assert text_of(browser, "error") == ""
+
+    sign_in(browser, "not-a-token")
+    browser.wait("document.getElementById('who').innerText === 'token not valid'", what="refusal")
+    assert "The token is not valid" in text_of(browser, "empty")
+
+    sign_in(browser, "token-alice")
+    browser.wait("document.getElementById('live').dataset.state === 'open'", what="the stream")
+    browser.evaluate(
+        "document.getElementById('f-name').value = 'no.such.job';"
+        "document.querySelector('#filters button').click()"
+    )
+    browser.wait("document.getElementById('count').innerText === '0 tasks match'", what="0 match")
+    assert text_of(browser, "empty") == "No task owned by alice matches these filters."
+    assert browser.evaluate("document.getElementById('tasks').rows.length") == 0
+
+    newcomer = pg.start_api(
+        QUEUESTORE_HTTP_TOKENS=json.dumps({"token-carol": "carol", "token-alice": "alice"})
+    )
+    try:
+        browser.navigate(f"{newcomer.url}/dashboard")
+        sign_in(browser, "token-carol")
+        browser.wait("document.getElementById('count').innerText === '0 tasks'", what="0 tasks")
+        assert text_of(browser, "who") == "signed in as carol"
+        empty = text_of(browser, "empty")
+        assert empty.startswith("No tasks owned by carol yet.")
+        assert "tasks created without an owner, or by another principal, are not shown" in empty
+    finally:
+        pg.stop(newcomer)
 
 
 def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Api) -> None:
@@ -174,19 +327,15 @@ def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Ap
             json={"name": "http.add", "input": {"a": 2, "b": 3}, "run_at": start.isoformat()},
         ).json()
         try:
+            browser.time_zone("Asia/Kolkata")
             browser.navigate(f"{api.url}/dashboard")
-            browser.evaluate(
-                "document.getElementById('token').value = 'token-alice';"
-                "document.querySelector('#signin button[type=submit]').click()"
-            )
+            sign_in(browser, "token-alice")
             starts = f"{row(scheduled['id'])}?.querySelector('td.message time.starts')"
             browser.wait(f"{starts} != null", what="the scheduled task's start")
             assert browser.evaluate(f"{starts}.dateTime") == scheduled["run_at"]
-            # In the browser's time zone, as the updated column.
-            local = f"new Date({json.dumps(scheduled['run_at'])}).toLocaleTimeString()"
+            # In the browser's time zone, as every time on the page.
             text = browser.evaluate(f"{starts}.textContent")
-            assert text.startswith("starts ")
-            assert text.endswith(browser.evaluate(local))
+            assert text == "starts " + local(scheduled["run_at"])
             message = f"{row(scheduled['id'])}.querySelector('td.message')"
             assert browser.evaluate(f"{message}.title") == scheduled["run_at"]
             assert browser.evaluate(f"{row(done['id'])}.querySelector('time.starts')") is None
@@ -194,7 +343,7 @@ def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Ap
             browser.evaluate(f"{row(scheduled['id'])}.click()")
             browser.wait("document.getElementById('detail').dataset.taskId", what="the detail")
             details = browser.evaluate("document.querySelector('#detail dl').innerText")
-            assert f"scheduled\n{scheduled['run_at']}" in details
+            assert f"scheduled\n{local(scheduled['run_at'])}" in details
         finally:
             alice.post(f"/tasks/{scheduled['id']}/cancel", json={})
         browser.wait(f"{row(scheduled['id'])}.dataset.status === 'cancelled'", what="cancelled")
@@ -206,10 +355,7 @@ def test_dashboard_shows_each_retried_runs_error(browser: Chromium, api: Api) ->
         flaky = alice.post("/tasks", json={"name": "http.flaky"}).json()
         wait_for_status(alice, flaky["id"], "failed")
         browser.navigate(f"{api.url}/dashboard")
-        browser.evaluate(
-            "document.getElementById('token').value = 'token-alice';"
-            "document.querySelector('#signin button[type=submit]').click()"
-        )
+        sign_in(browser, "token-alice")
         browser.wait(f"{row(flaky['id'])} != null", what="the failed task")
         browser.evaluate(f"{row(flaky['id'])}.click()")
         browser.wait("document.getElementById('detail').dataset.taskId", what="the detail")

@@ -2,11 +2,14 @@
 
 Every schema-valid request must be accepted (``positive_data_acceptance``): the
 document states each limit the server enforces. The run is derandomized
-(a fixed seed) with a bounded number of examples per operation, 840 in all.
+(a fixed seed) with a bounded number of examples per operation, 1050 in all.
 
-The server runs on a deployment of its own (a fresh database, a queue with no
-worker), so the generated tasks never meet the other tests' assertions. The
-event streams are left out: they stay open by design, and test_http_api covers them.
+The servers run on a deployment of their own (a fresh database, a queue with no
+worker), so the generated tasks never meet the other tests' assertions: one
+without the workers' app, which takes any job name, and one with it
+(``--app http_app``), whose document names its jobs and the input each takes,
+for the creates. The event streams are left out: they stay open by design, and
+test_http_api covers them.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ CALLBACK_URL = "https://93.184.216.34/hook"
 """A callback URL every deployment accepts: a public address, with no name to resolve."""
 
 EXAMPLES = 70
-"""Examples per operation: 840 cases over the twelve operations."""
+"""Examples per operation: 910 cases over the thirteen operations, 140 over the creates
+of the server that knows the jobs."""
 
 
 def unique(key: str) -> str:
@@ -47,12 +51,23 @@ def unique(key: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(make_deployment: Callable[[], HttpDeployment]) -> Iterator[Api]:
-    deployment = make_deployment()
-    # Without the workers' app: a server that knows the jobs also refuses an
-    # unknown name and input that does not fit the job's function (422), which
-    # a JSON Schema of the API cannot state.
+def deployment(make_deployment: Callable[[], HttpDeployment]) -> HttpDeployment:
+    return make_deployment()
+
+
+@pytest.fixture(scope="module")
+def fuzzed(deployment: HttpDeployment) -> Iterator[Api]:
+    """A server without the workers' app: any job name, any input."""
     api = deployment.start_api(app=None)
+    yield api
+    deployment.stop(api)
+
+
+@pytest.fixture(scope="module")
+def knowing(deployment: HttpDeployment) -> Iterator[Api]:
+    """A server with the workers' app: it refuses other names, and input that does not
+    fit the job's function (422), and its document says so."""
+    api = deployment.start_api(app="http_app")
     yield api
     deployment.stop(api)
 
@@ -68,9 +83,13 @@ OPERATIONS = [
     "GET /tasks/{task_id}/deliveries",
     "POST /tasks/{task_id}/deliveries/{delivery_id}/redeliver",
     "DELETE /tasks/{task_id}",
+    "GET /whoami",
     "GET /livez",
     "GET /readyz",
 ]
+
+
+CREATES = ["POST /tasks", "POST /tasks:batch"]
 
 
 @pytest.fixture(scope="module")
@@ -78,13 +97,37 @@ def api_schema(fuzzed: Api) -> schemathesis.BaseSchema:
     return schemathesis.openapi.from_url(f"{fuzzed.url}/openapi.json")
 
 
+@pytest.fixture(scope="module")
+def knowing_schema(knowing: Api) -> schemathesis.BaseSchema:
+    return schemathesis.openapi.from_url(f"{knowing.url}/openapi.json")
+
+
 def test_every_operation_is_fuzzed(api_schema: schemathesis.BaseSchema) -> None:
     labels = {result.ok().label for result in api_schema.get_all_operations()}
     assert labels - set(OPERATIONS) == {"GET /events", "GET /tasks/{task_id}/events"}
 
 
+def test_the_knowing_servers_document_names_its_jobs(
+    knowing_schema: schemathesis.BaseSchema,
+) -> None:
+    create = knowing_schema.raw_schema["components"]["schemas"]["CreateTask"]
+    assert "http.add" in create["properties"]["name"]["enum"]
+
+
 @pytest.mark.parametrize("label", OPERATIONS)
 def test_operation_matches_its_schema(api_schema: schemathesis.BaseSchema, label: str) -> None:
+    fuzz(api_schema, label)
+
+
+@pytest.mark.parametrize("label", CREATES)
+def test_a_create_matches_the_schema_of_a_server_that_knows_the_jobs(
+    knowing_schema: schemathesis.BaseSchema, label: str
+) -> None:
+    fuzz(knowing_schema, label)
+
+
+def fuzz(api_schema: schemathesis.BaseSchema, label: str) -> None:
+    """Run the operation's derandomized examples; each must pass every check."""
     operation = api_schema.find_operation_by_label(label)
     assert operation is not None
 

@@ -50,6 +50,13 @@ def failing_job(ctx: TaskContext) -> str:
     raise RuntimeError("failing_job failed on purpose")
 
 
+@tasks.tool(task_support="required")
+def protocol_error_job(ctx: TaskContext) -> float:
+    """Return what JSON cannot carry: the server fails the task (InvalidTaskData), a
+    protocol error (failed, with a JSON-RPC error)."""
+    return float("nan")
+
+
 @tasks.tool(task_support="optional")
 def confirm_delete(ctx: TaskContext, filename: str) -> str:
     """Ask for confirmation, then report."""
