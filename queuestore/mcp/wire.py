@@ -56,7 +56,7 @@ STATUS: Final[dict[TaskStatus, types.TaskStatus]] = {
 
 SERVER_FAILURES: Final = frozenset(
     {
-        "WorkerLost",  # the reaper: the worker of every run died (QUEUESTORE_MAX_ATTEMPTS)
+        "WorkerLost",  # the reaper: the worker of every run died (QUEUESTORE_MAX_LOST_RUNS)
         "UnknownJob",  # the worker that took the message has no such job
         "InvalidTaskData",  # the worker could not store what the job returned or reported
         "celery.exceptions.SoftTimeLimitExceeded",  # the job's time limit stopped it

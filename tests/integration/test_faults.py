@@ -74,7 +74,7 @@ def test_a_job_whose_worker_is_sigkilled_is_retried_by_the_reaper_on_another_wor
 def test_a_job_whose_worker_dies_on_its_last_attempt_fails_with_worker_lost(
     deployment: DeploymentFactory,
 ) -> None:
-    stack = deployment("redis", "postgres", QUEUESTORE_MAX_ATTEMPTS="1")
+    stack = deployment("redis", "postgres", QUEUESTORE_MAX_LOST_RUNS="1")
     workers = [stack.start_worker(wait=False), stack.start_worker(wait=False)]
     stack.start_beat()
     for worker in workers:

@@ -32,7 +32,7 @@ REPO = HERE.parents[1]
 
 OPS_ENV = {
     # Two runs at most, so the reaper's retry and failure can both be provoked quickly.
-    "QUEUESTORE_MAX_ATTEMPTS": "2",
+    "QUEUESTORE_MAX_LOST_RUNS": "2",
     "QUEUESTORE_LOG_FORMAT": "json",
     "QUEUESTORE_LOG_LEVEL": "INFO",
     # Cursors printed by one command must page in the next one.

@@ -234,7 +234,7 @@ def test_an_outcome_from_a_reaped_run_is_refused_before_the_retry_is_claimed(
     assert claimed(store, stale.id, "w2").attempt == 2
 
 
-def test_reap_retries_until_max_attempts_then_fails_with_worker_lost(store: TaskStore) -> None:
+def test_reap_retries_until_max_lost_runs_then_fails_with_worker_lost(store: TaskStore) -> None:
     task = store.create("x.y")
     for attempt in (1, 2):
         taken = claimed(store, task.id, f"w{attempt}")
