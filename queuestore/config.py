@@ -8,13 +8,14 @@ a bare machine runs the whole flow without any server.
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from celery import Celery
-from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr
+from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.broker.filesystem import TRANSPORT as FILESYSTEM_TRANSPORT
@@ -100,6 +101,16 @@ def _mask_one(url: str) -> str:
     userinfo, _, host = parts.netloc.rpartition("@")
     user = userinfo.partition(":")[0]
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+
+
+RENAMED: Final = {
+    "QUEUESTORE_DISPATCH_INTERVAL": "QUEUESTORE_SWEEP_INTERVAL",
+    "QUEUESTORE_DISPATCH_GRACE": "QUEUESTORE_PUBLISH_GRACE",
+    "QUEUESTORE_REDISPATCH_AFTER": "QUEUESTORE_REPUBLISH_AFTER",
+    "QUEUESTORE_MAX_ATTEMPTS": "QUEUESTORE_MAX_LOST_RUNS",
+}
+"""Variables of earlier releases, and the ones that replaced them: set, they are refused
+rather than silently ignored (see docs/howto/deploy.md, upgrading)."""
 
 
 class Settings(BaseSettings):
@@ -300,6 +311,16 @@ class Settings(BaseSettings):
         description="Level of worker and beat logs; unset: the command's --loglevel "
         "(`queuestore worker`/`beat`: INFO, `celery`: WARNING).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_renamed_variables(cls, data: Any) -> Any:
+        """Refuse a variable an earlier release read under another name."""
+        found = sorted(old for old in RENAMED if old in os.environ)
+        if found:
+            names = ", ".join(f"{old} is now {RENAMED[old]}" for old in found)
+            raise ValueError(f"renamed settings: {names}; set the new names instead")
+        return data
 
     @property
     def limits(self) -> ConcurrencyLimits:
