@@ -80,10 +80,10 @@ async def measure(url: str, calls: int, seconds: float, samples: int) -> None:
         handler=on_status,
     )
     async with streamable_http_client(url) as (read, write):
-        sweep = JSONRPCDispatcher(read, write)
-        async with ClientSession(sweep=sweep, notification_bindings=[binding]) as session:
+        dispatcher = JSONRPCDispatcher(read, write)
+        async with ClientSession(dispatcher=dispatcher, notification_bindings=[binding]) as session:
             await session.initialize()
-            tasks = LegacyTasks(session, sweep)
+            tasks = LegacyTasks(session, dispatcher)
             for _ in range(20):  # warm up connections, pools and the change feed
                 await session.call_tool("plain_noop", {})
                 await tasks.create("noop", {})

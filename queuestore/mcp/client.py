@@ -3,7 +3,7 @@
 - 2025-11-25: :class:`LegacyTasks` over a ``ClientSession`` whose
   ``JSONRPCDispatcher`` you built (the SDK checks a ``tools/call`` result
   against ``CallToolResult`` and would refuse a ``CreateTaskResult``, so the
-  task-augmented call goes through the sweep's raw request).
+  task-augmented call goes through the dispatcher's raw request).
 - 2026-07-28: :class:`TasksClientExtension` for ``Client(..., extensions=[...])``
   (SEP-2663: a ``resultType: "task"`` result is claimed and, through
   ``Client.call_tool``, polled to its end), and the ``tasks/get|update|cancel``
@@ -160,28 +160,28 @@ class TasksClientExtension(ClientExtension):
 
 
 class LegacyTasks:
-    """2025-11-25 task calls over a session and the sweep it was built on.
+    """2025-11-25 task calls over a session and the dispatcher it was built on.
 
     Example::
 
-        sweep = JSONRPCDispatcher(read, write)
-        async with ClientSession(sweep=sweep) as session:
+        dispatcher = JSONRPCDispatcher(read, write)
+        async with ClientSession(dispatcher=dispatcher) as session:
             await session.initialize()
-            tasks = LegacyTasks(session, sweep)
+            tasks = LegacyTasks(session, dispatcher)
             task = await tasks.create("slow_add", {"a": 1, "b": 2}, ttl_ms=60_000)
             result = await tasks.result(task.task_id)
     """
 
-    def __init__(self, session: ClientSession, sweep: JSONRPCDispatcher) -> None:
+    def __init__(self, session: ClientSession, dispatcher: JSONRPCDispatcher) -> None:
         self.session = session
-        self.sweep = sweep
+        self.dispatcher = dispatcher
 
     async def create(
         self, name: str, arguments: Mapping[str, Any] | None = None, *, ttl_ms: int | None = None
     ) -> types.Task:
         """A task-augmented ``tools/call``; returns the created task."""
         task: dict[str, Any] = {} if ttl_ms is None else {"ttl": ttl_ms}
-        raw = await self.sweep.send_raw_request(
+        raw = await self.dispatcher.send_raw_request(
             "tools/call", {"name": name, "arguments": dict(arguments or {}), "task": task}
         )
         return types.CreateTaskResult.model_validate(raw, by_name=False).task

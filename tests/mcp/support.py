@@ -56,14 +56,14 @@ async def legacy(
         handler=on_status,
     )
     async with _transport(target, token) as (read, write):
-        sweep = JSONRPCDispatcher(read, write)
+        dispatcher = JSONRPCDispatcher(read, write)
         async with ClientSession(
-            sweep=sweep,
+            dispatcher=dispatcher,
             notification_bindings=[binding],
             elicitation_callback=elicitation,
         ) as session:
             await session.initialize()
-            yield LegacyTasks(session, sweep)
+            yield LegacyTasks(session, dispatcher)
 
 
 @asynccontextmanager

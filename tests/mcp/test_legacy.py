@@ -211,10 +211,10 @@ async def test_errors(http: Server) -> None:
                 await call("no-such-task")
             assert unknown.value.error.code == types.INVALID_PARAMS
         with pytest.raises(MCPError) as malformed:
-            await tasks.sweep.send_raw_request("tasks/get", {"id": 3})
+            await tasks.dispatcher.send_raw_request("tasks/get", {"id": 3})
         assert malformed.value.error.code == types.INVALID_PARAMS
         with pytest.raises(MCPError) as bad_task:
-            await tasks.sweep.send_raw_request(
+            await tasks.dispatcher.send_raw_request(
                 "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": "x"}}
             )
         assert bad_task.value.error.code == types.INVALID_PARAMS
@@ -264,7 +264,7 @@ async def test_a_requested_ttl_outside_the_schema_is_refused(http: Server) -> No
         before = await tasks.list()
         for ttl in (0, -1, 1.5, 0.4, True, "5", [1]):
             with pytest.raises(MCPError) as refused:
-                await tasks.sweep.send_raw_request(
+                await tasks.dispatcher.send_raw_request(
                     "tools/call",
                     {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": ttl}},
                 )
@@ -272,11 +272,11 @@ async def test_a_requested_ttl_outside_the_schema_is_refused(http: Server) -> No
             assert "ttl" in refused.value.error.message, refused.value.error.message
         after = await tasks.list()
         assert after.tasks[:1] == before.tasks[:1]  # nothing was created
-        whole = await tasks.sweep.send_raw_request(
+        whole = await tasks.dispatcher.send_raw_request(
             "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": 2500.0}}
         )
         assert types.CreateTaskResult.model_validate(whole, by_name=False).task.ttl == 2500
-        unset = await tasks.sweep.send_raw_request(
+        unset = await tasks.dispatcher.send_raw_request(
             "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "task": {"ttl": None}}
         )
         assert types.CreateTaskResult.model_validate(unset, by_name=False).task.ttl == 3_600_000
