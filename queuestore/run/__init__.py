@@ -6,7 +6,8 @@
 A :class:`~queuestore.run.lease.Run` batches the job's reports under its
 lease, the heartbeat renews it and hears a cancel, the interrupts keep a
 prefork revoke out of store calls, and the message hold acknowledges a long
-run's message once the store owns the task. It never imports the callers' side.
+run's message once the store owns the task; :mod:`~queuestore.run.workarounds`
+covers Celery and kombu bugs as a worker starts. It never imports the callers' side.
 """
 
 from queuestore.run.context import InputRequested, TaskContext

@@ -40,7 +40,7 @@ from queuestore.core.errors import (
 from queuestore.core.logs import task_context
 from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
-from queuestore.run import hold
+from queuestore.run import hold, workarounds
 from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.interrupts import interrupts
@@ -412,8 +412,11 @@ def _write_outcome(run: Run, outcome: _Outcome) -> Task | None:
 
 def prepare_worker(app: Celery) -> None:
     """Make ``app``'s worker processes ready for runs: a forked pool process drops the
-    connections its store inherited from the parent before its first run."""
-    from celery.signals import worker_process_init
+    connections its store inherited from the parent before its first run, and a
+    worker applies the workarounds of :mod:`queuestore.run.workarounds` as it starts."""
+    from celery.signals import worker_init, worker_process_init
+
+    worker_init.connect(workarounds.apply, weak=False, dispatch_uid="queuestore.workarounds")
 
     def forget_parent_connections(**_: Any) -> None:
         try:

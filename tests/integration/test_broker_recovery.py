@@ -7,6 +7,9 @@
   once: its message is acknowledged once the store shows it claimed.
 - A deep queue behind slow jobs is not redelivered: nothing that only waits
   its turn is published or delivered twice.
+- A prefork worker rides out a Redis restart with runs in flight: it stays up,
+  its runs end once, and it serves new tasks (Celery 5.7's consumer restart
+  would otherwise die on an ``AttributeError``, see :mod:`queuestore.run.blips`).
 
 Only processes and servers the tests started are stopped or killed.
 """
@@ -23,7 +26,14 @@ import pytest
 from celery.signals import before_task_publish
 
 from queuestore import TERMINAL, TaskStatus
-from tests.integration.harness import Deployment, DeploymentFactory, RabbitMQNode, wait_for
+from tests.integration.harness import (
+    Deployment,
+    DeploymentFactory,
+    RabbitMQNode,
+    RedisServer,
+    count_lines,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +168,39 @@ def test_a_deep_queue_behind_slow_jobs_is_published_and_delivered_once(
     assert publishes <= 1.05, publishes
     assert deliveries <= 1.05, deliveries
     assert all(len(stack.records_of(task.id)) == 1 for task in waiting)
+
+
+def test_a_prefork_worker_rides_out_a_redis_restart_with_runs_in_flight(
+    deployment: DeploymentFactory, own_redis: RedisServer
+) -> None:
+    stack = deployment(own_redis.url, "sqlite")
+    # Free pool slots keep the consumer waiting on Redis when it goes away.
+    worker = stack.start_worker(concurrency=4)
+    running = [stack.queue.submit("tests.sleep", {"seconds": 6.0}) for _ in range(2)]
+    wait_for(
+        lambda: all(started_attempts(stack, task.id) for task in running),
+        timeout=30,
+        what="the runs to start",
+        logs=stack.processes,
+    )
+    own_redis.stop()
+    stack.wait_log(worker, "Connection to broker lost")
+    time.sleep(2.0)
+    own_redis.start()  # the same port, and empty
+    wait_for(
+        lambda: count_lines(worker, "Connected to redis") >= 2,
+        timeout=60,
+        what="the worker to connect again",
+        logs=[worker],
+    )
+
+    done = [stack.wait_status(task.id, *TERMINAL, timeout=60) for task in running]
+    after = [stack.queue.submit("tests.count_runs") for _ in range(4)]
+    served = [stack.wait_status(task.id, *TERMINAL, timeout=60) for task in after]
+
+    assert worker.alive(), stack.logs()
+    assert {task.status for task in [*done, *served]} == {TaskStatus.COMPLETED}, stack.logs()
+    for task in running:
+        ends = [event for event in stack.events_of(task.id) if event.endswith(" end")]
+        assert len(ends) == 1, (task.id, stack.events_of(task.id))
+    assert "Unrecoverable error" not in worker.text(), worker.text()[-4000:]
