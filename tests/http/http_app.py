@@ -50,7 +50,7 @@ def ask(ctx: TaskContext, question: str = "Proceed?") -> dict[str, object]:
 @job(
     app,
     name="http.flaky",
-    retry=Retry(on=(ConnectionError,), tries=2, backoff=timedelta(milliseconds=100)),
+    retry=Retry(on=(ConnectionError,), max_runs=2, backoff=timedelta(milliseconds=100)),
 )
 def flaky(ctx: TaskContext, message: str = "upstream down") -> None:
     """Raise an error its retry policy retries once: the second run fails the task."""
