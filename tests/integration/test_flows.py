@@ -82,7 +82,7 @@ def test_submit_runs_the_job_to_completed_with_result_and_streamed_artifacts(
     assert done.status is TaskStatus.COMPLETED, done.error
     assert done.result == {"topic": "otters", "sections": 3}
     assert done.progress == 1.0
-    assert done.status_message == "wrote section 3 of 3"
+    assert done.status_message is None  # the end's message, not the last section's
     assert [artifact.artifact_id for artifact in done.artifacts] == ["report"]
     assert done.artifacts[0].parts == [
         "Section 1 on otters.",
