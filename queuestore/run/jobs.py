@@ -15,7 +15,6 @@ A worker finds the store, the options and the publishing of its app's runs in
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
@@ -43,6 +42,7 @@ from queuestore.core.retries import Retry
 from queuestore.run import hold, workarounds
 from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.inputs import JobInput
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
 from queuestore.store.pending import is_pending
@@ -74,6 +74,11 @@ class Job:
     celery_task: Any = field(repr=False)
     retry: Retry | None = None
     """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
+    input: JobInput = field(init=False, repr=False, compare=False)
+    """What its function takes: its parameters' names, annotations and defaults."""
+
+    def __post_init__(self) -> None:
+        self.input = JobInput(self.function, self.name)
 
     def __call__(self, ctx: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (in tests), with a context of your own."""
@@ -83,12 +88,10 @@ class Job:
         """Refuse input the function cannot take, before anything is written.
 
         Raises:
-            InvalidTaskData: unknown or missing keyword arguments.
+            InvalidTaskData: an unknown or missing argument, or a value that does
+                not fit its annotation; ``field`` names it (``input.month``).
         """
-        try:
-            inspect.signature(self.function).bind(None, **payload)
-        except TypeError as exc:
-            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
+        self.input.arguments(payload)
 
 
 _JOBS: weakref.WeakKeyDictionary[Celery, dict[str, Job]] = weakref.WeakKeyDictionary()
@@ -273,7 +276,15 @@ class _Outcome:
 
 def _call(registered: Job, run: Run) -> _Outcome:
     try:
-        value = registered.function(TaskContext(run), **run.task.input)
+        arguments = registered.input.arguments(run.task.input)
+    except InvalidTaskData as exc:
+        # Not checked at submit (the job was not registered there): the job never runs.
+        log.error("task %s: its input does not fit job %s: %s", run.task_id, registered.name, exc)
+        return _Outcome(
+            TaskStatus.FAILED, {"error": TaskError(type="InvalidTaskData", message=str(exc))}
+        )
+    try:
+        value = registered.function(TaskContext(run), **arguments)
     except JobCancelled:
         return _Outcome(None)
     except InputRequested as request:
