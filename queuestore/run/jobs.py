@@ -36,7 +36,7 @@ from queuestore.core.errors import (
     StoreUnavailable,
     TaskNotFound,
 )
-from queuestore.core.logs import task_context
+from queuestore.core.logs import ran_nothing, task_context
 from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
 from queuestore.run import hold, workarounds
@@ -191,16 +191,19 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
             task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
         )
         if task is None:
+            ran_nothing(task_id)  # Celery's "succeeded" line would say it ran
             _after_refusal(publisher, task_id)
             return None
         run = Run(publisher, task, worker_id)
         heartbeat.add(run)
+        hold.claimed(task_id)
     try:
         with interrupts.running(lambda: run.stopped):
             outcome = _call(registered, run)
     finally:
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(run)
+            hold.released(task_id)
     with interrupts.deferred(then_raise=False):
         policy = _retrying(registered, run, outcome)
         if outcome.suspended is not None:

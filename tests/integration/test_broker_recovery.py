@@ -4,7 +4,10 @@
   elsewhere within a few seconds of the lease, on Redis (whose visibility
   timeout follows the lease) and on RabbitMQ, and completes once.
 - A job longer than a private RabbitMQ node's ``consumer_timeout`` completes
-  once: its message is acknowledged once the store shows it claimed.
+  once: its message is acknowledged once the store shows it claimed, on the
+  prefork pool after ``ack_after``, on the solo pool at its claim.
+- A solo worker on Redis runs a job longer than the lease from one delivery:
+  another worker does not get its message back after the visibility timeout.
 - A deep queue behind slow jobs is not redelivered: nothing that only waits
   its turn is published or delivered twice.
 - A prefork worker rides out a Redis restart with runs in flight: it stays up,
@@ -105,11 +108,12 @@ def test_every_task_of_a_killed_worker_runs_elsewhere_soon_and_completes_once(
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
 def test_a_job_longer_than_rabbitmqs_consumer_timeout_completes_once(
-    deployment: DeploymentFactory, own_rabbitmq: RabbitMQNode
+    deployment: DeploymentFactory, own_rabbitmq: RabbitMQNode, pool: str
 ) -> None:
-    stack = deployment(own_rabbitmq.url, "postgres")
-    worker = stack.start_worker(concurrency=1)
+    stack = deployment(own_rabbitmq.url, "postgres", QUEUESTORE_TERMINATE_ON_CANCEL="false")
+    worker = stack.start_worker(pool=pool, concurrency=1)
     with publishes_recorded(stack):
         long = stack.queue.submit("tests.sleep", {"seconds": 25.0})
         wait_for(
@@ -204,3 +208,34 @@ def test_a_prefork_worker_rides_out_a_redis_restart_with_runs_in_flight(
         ends = [event for event in stack.events_of(task.id) if event.endswith(" end")]
         assert len(ends) == 1, (task.id, stack.events_of(task.id))
     assert "Unrecoverable error" not in worker.text(), worker.text()[-4000:]
+
+
+@pytest.mark.redis
+def test_a_solo_worker_on_redis_runs_a_job_longer_than_the_lease_from_one_delivery(
+    deployment: DeploymentFactory,
+) -> None:
+    # Redis's visibility timeout is the lease: 6 s, and the job runs 16 s. Any
+    # consumer of the queue gives back a message unacknowledged that long: the
+    # second worker would, while the first runs the job.
+    stack = deployment("redis", "sqlite", QUEUESTORE_LEASE="6")
+    solo = {"pool": "solo", "concurrency": 1, "QUEUESTORE_TERMINATE_ON_CANCEL": "false"}
+    worker = stack.start_worker(**solo)  # type: ignore[arg-type]
+    with publishes_recorded(stack):
+        long = stack.queue.submit("tests.sleep", {"seconds": 16.0})
+        wait_for(
+            lambda: started_attempts(stack, long.id),
+            timeout=30,
+            what="the long job to start",
+            logs=stack.processes,
+        )
+        other = stack.start_worker(**solo)  # type: ignore[arg-type]
+        behind = stack.queue.submit("tests.count_runs")
+        done = stack.wait_status(long.id, *TERMINAL, timeout=90)
+        after = stack.wait_status(behind.id, *TERMINAL, timeout=60)
+
+    assert done.status is TaskStatus.COMPLETED, stack.logs()
+    assert after.status is TaskStatus.COMPLETED, stack.logs()
+    assert stack.events_of(long.id) == ["1 start", "1 end"], stack.logs()
+    assert stack.messages_of(long.id) == ["published", "received"], stack.logs()
+    assert stack.messages_of(behind.id) == ["published", "received"], stack.logs()
+    assert "no event loop" not in worker.text() + other.text()
