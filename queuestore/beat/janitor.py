@@ -21,5 +21,11 @@ def run_janitor(store: TaskStore, ttl: timedelta, *, batch_size: int = 1000) -> 
         How many tasks were removed.
     """
     removed = store.cleanup(ttl, batch_size=batch_size)
-    log.info("janitor removed %d expired tasks (ttl %s)", removed, ttl)
+    # INFO when it acted; every interval at INFO would bury the lines that matter.
+    log.log(
+        logging.INFO if removed else logging.DEBUG,
+        "the janitor removed %d expired tasks (ttl %s)",
+        removed,
+        ttl,
+    )
     return removed

@@ -20,6 +20,7 @@ from queuestore.beat.reaper import reap
 from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import Publisher
 from queuestore.core.errors import StoreUnavailable
+from queuestore.core.logs import quiet_celery_lines_of
 from queuestore.core.options import QueueOptions
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ def register(app: Celery) -> None:
     app.task(name=JANITOR_TASK, ignore_result=True, shared=False)(janitor)
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
     app.task(name=SWEEP_TASK, ignore_result=True, shared=False)(sweeper)
+    # Each says at INFO what it did when it did something; Celery's lines, at DEBUG.
+    quiet_celery_lines_of(JANITOR_TASK, REAPER_TASK, SWEEP_TASK)
 
 
 def install(

@@ -39,6 +39,6 @@ def sweep(publisher: Publisher, *, limit: int = 500) -> int:
             break
         published += 1
     publisher.marks.flush()  # one write for the sweep, before the next can run
-    if published:
+    if published:  # quiet when it had nothing to do
         log.info("the sweep published %d waiting tasks", published)
     return published

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import Celery
+from kombu import exceptions as kombu_errors
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from queuestore.broker.marks import PublishMarks
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 BROKER_ERRORS = (KombuOperationalError, ConnectionError, OSError)
 """What a broker call raises when the broker cannot be reached."""
+
+BATCH_FAILED: type[Exception] = getattr(kombu_errors, "BatchPublishError", KombuOperationalError)
+"""What a publish batch whose pipeline failed raises (kombu 5.7 and later; some of
+its messages may have gone out)."""
 
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
@@ -136,13 +141,18 @@ class Publisher:
         transports and older kombus publish each at once). Only once every
         message went out are the publish marks taken: if the broker fails part
         way, none is marked, and the sweep publishes them all again (the
-        claim drops a second message).
+        claim drops a second message). As with :meth:`try_publish`, a broker
+        that cannot be reached raises nothing: the tasks stay in the store,
+        unpublished, for the sweep. That covers a batch whose pipeline failed
+        (kombu's ``BatchPublishError``: some of its messages may have gone out)
+        and every connection or channel error of the transport.
         """
         if not tasks:
             return
         connection = self.app.connection_for_write()
         failures = (
             BrokerUnavailable,
+            BATCH_FAILED,
             *BROKER_ERRORS,
             *connection.connection_errors,
             *connection.channel_errors,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -172,6 +173,75 @@ class _NoRevokeBookkeepingWithoutBackend(logging.Filter):
 
 
 _REVOKE_FILTER = _NoRevokeBookkeepingWithoutBackend()
+
+
+class _CeleryLinesAtDebug(logging.Filter):
+    """Lowers to DEBUG Celery's INFO lines that would say more than happened.
+
+    Celery logs every task it sends from beat, receives and finishes at INFO.
+    For the janitor, the reaper and the sweep that is several lines each
+    interval, mostly about nothing: their own lines say at INFO what they did,
+    when they did something. A run that claimed nothing (a refused claim: a
+    duplicate message, a task at its concurrency limit) is not a task that
+    "succeeded": its own line says what became of it. Lowered lines are
+    written only where DEBUG is on.
+    """
+
+    _KEPT = 1000
+    """How many refused requests wait for Celery's line at most (a run may end without one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.refused: OrderedDict[str, None] = OrderedDict()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._lowered(record):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return True
+
+    def _lowered(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return False
+        args = record.args
+        if isinstance(args, Mapping):  # the worker's received and succeeded lines
+            if args.get("name") in self.names:
+                return True
+            if "return_value" in args and args.get("id") in self.refused:
+                del self.refused[str(args["id"])]
+                return True
+            return False
+        # beat's "Scheduler: Sending due task <entry> (<task>)"
+        return isinstance(args, tuple) and len(args) == 2 and args[1] in self.names
+
+    def refuse(self, request_id: str) -> None:
+        self.refused[request_id] = None
+        while len(self.refused) > self._KEPT:
+            self.refused.popitem(last=False)
+
+
+_CELERY_LINES = _CeleryLinesAtDebug()
+_CELERY_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+
+
+def quiet_celery_lines_of(*task_names: str) -> None:
+    """Log Celery's own lines about these tasks (sent, received, succeeded) at DEBUG.
+
+    For tasks that say themselves at INFO what they did, when they did
+    something (the janitor, the reaper, the sweep).
+    """
+    _CELERY_LINES.names.update(task_names)
+    for name in _CELERY_LOGGERS:
+        logging.getLogger(name).addFilter(_CELERY_LINES)  # a repeat is ignored
+
+
+def ran_nothing(request_id: str) -> None:
+    """Log Celery's coming "succeeded" line of this request at DEBUG: no run took place."""
+    _CELERY_LINES.refuse(request_id)
+    logging.getLogger("celery.app.trace").addFilter(_CELERY_LINES)
 
 
 def quiet_revoke_bookkeeping() -> None:

@@ -89,6 +89,9 @@ def new_task_id() -> str:
 
 JsonObject = dict[str, JsonValue]
 
+SUMMARY_LENGTH: Final = 200
+"""The longest :attr:`TaskError.summary`, in characters."""
+
 
 class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -100,7 +103,18 @@ class TaskError(Record):
     type: Annotated[str, Field(min_length=1, max_length=200)]
     message: str = ""
     attempt: int | None = None
-    """The run that raised it (``Task.attempt`` then), for an error kept in ``Task.errors``."""
+    """The run that raised it (``Task.attempt`` then): set for an error a run reported
+    (kept in ``Task.errors`` by a retry, or the task's ``error``) and the reaper's."""
+
+    @property
+    def summary(self) -> str:
+        """One line: the type, then the message's first line (``type: first line``).
+
+        A finished task's ``status_message`` when an error ended it.
+        """
+        lines = self.message.strip().splitlines()
+        text = f"{self.type}: {lines[0].strip()}" if lines else self.type
+        return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "\u2026"
 
 
 class Artifact(Record):

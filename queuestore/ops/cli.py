@@ -493,7 +493,10 @@ def tasks_submit(
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
-    """Submit a task and enqueue its job; print its id and status (or, --json, the task)."""
+    """Submit a task and enqueue its job; print its id and status (or, --json, the task).
+
+    A job the app does not register is refused, as the HTTP API refuses it.
+    """
     from queuestore.submit.queue import TaskQueue
 
     arguments = _submission(input, delay, at)
@@ -505,6 +508,7 @@ def tasks_submit(
             priorities=settings.priorities,
             limits=settings.limits,
         )
+        _check_job_name(queue, name, celery_app)
         task = queue.submit(
             name,
             owner=owner,
@@ -521,6 +525,14 @@ def tasks_submit(
     else:
         starts = f" (starts {task.run_at.isoformat()})" if task.run_at is not None else ""
         console.print(f"{task.id} {task.status}{starts}")
+
+
+def _check_job_name(queue: Any, name: str, celery_app: str) -> None:
+    """Refuse a job the app does not register, as the HTTP API does; a usage error."""
+    known = sorted(queue.job_names)
+    if known and name not in known:
+        more = f" and {len(known) - 50} more" if len(known) > 50 else ""
+        _fail(f"no job named {name!r} in {celery_app!r}; known: {', '.join(known[:50])}{more}", 2)
 
 
 def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]:

@@ -17,19 +17,39 @@ pool slot: the broker sends no message the pool cannot start. When every pool
 slot holds such a run, the worker stops consuming until one ends. A message is
 acknowledged once, so a task that runs for hours is never redelivered.
 
-It needs the worker's event loop (the prefork pool on RabbitMQ or Redis); on
-the solo, threads or gevent pools it stays off and says so at start.
+What each pool does (Celery 5.7):
+
+- **prefork** and **threads** on Redis or RabbitMQ: the worker has an event
+  loop, which runs the hold's ticks while the jobs run in other processes or
+  threads: a run's message is acknowledged once it has run ``ack_after``.
+- **solo** on Redis or RabbitMQ: the job runs on the event loop's own thread,
+  so no tick runs until it returns; the run's message is acknowledged as soon
+  as its claim is committed (:func:`claimed`, called by the run). On RabbitMQ,
+  which pushes the next message as soon as one is acknowledged, the consumer
+  first stops consuming, so that no message waits behind the job, and
+  consumes again as the job ends (:func:`released`); Redis's consumer fetches
+  nothing while the job holds its thread.
+- **gevent** and **eventlet**, and any pool on a broker without an event loop
+  (the embedded filesystem broker): the hold stays off, and messages are
+  acknowledged when their job returns. The worker says so at start: a warning
+  where the broker redelivers a message unacknowledged too long (Redis,
+  RabbitMQ), a note on the filesystem broker, which never does.
+
+On every pool, the worker warns at start when its prefetch multiplier (from
+the app's settings or ``--prefetch-multiplier``) is above 1.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from celery import Celery, bootsteps
 from celery.signals import task_unknown
 from celery.worker import state
+from kombu.transport import virtual
 
 from queuestore.broker.publisher import Publisher
 from queuestore.broker.transports import is_redis
@@ -41,6 +61,28 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.5
 """How often the hold looks at the worker's running requests."""
+
+
+def claimed(task_id: str) -> None:
+    """Tell the hold that a run claimed ``task_id`` (the run calls it after its claim).
+
+    On the solo pool the job runs on the consumer's thread, where no tick runs
+    until it returns: the message is acknowledged now. Elsewhere it does nothing.
+    """
+    hold = MessageHold.inline
+    if hold is not None:
+        hold.hold_now(task_id)
+
+
+def released(task_id: str) -> None:
+    """Tell the hold that the run of ``task_id`` ended (the run calls it as it ends).
+
+    On the solo pool the consumer then consumes again at once, rather than at
+    the next tick. Elsewhere it does nothing.
+    """
+    hold = MessageHold.inline
+    if hold is not None:
+        hold.release_now(task_id)
 
 
 def install(app: Celery) -> None:
@@ -88,6 +130,9 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
     requires = ("celery.worker.consumer.tasks:Tasks",)
     label = "queuestore message hold"
 
+    inline: ClassVar[MessageHold | None] = None
+    """This process's hold when its jobs run on the consumer's own thread (the solo pool)."""
+
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.held: dict[str, Any] = {}
@@ -96,18 +141,23 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
         self.capacity = 1
         self.timer: Any = None
         self.enabled = True
+        self.consumer: Any = None
+        self.thread: int | None = None
+        self.pushed = True
+        """Whether the broker pushes messages (RabbitMQ) rather than the consumer fetching them."""
 
     def start(self, c: Any) -> None:
+        if self.enabled:  # once, not at each reconnection
+            self._warn_about_settings(c)
         if c.hub is None:
             if self.enabled:
-                log.warning(
-                    "queuestore: this pool has no event loop (solo, threads or gevent): "
-                    "messages stay unacknowledged until their job returns, so a job longer "
-                    "than the broker's consumer timeout (RabbitMQ) or visibility timeout "
-                    "(Redis) is redelivered; use the prefork pool for long jobs"
-                )
+                _say_why_there_is_no_event_loop(c)
             self.enabled = False
             return
+        self.consumer, self.thread = c, threading.get_ident()
+        self.pushed = not isinstance(c.connection.transport, virtual.Transport)
+        if _pool_name(c) == "solo":
+            MessageHold.inline = self
         self.capacity = max(int(getattr(c.pool, "num_processes", 1) or 1), 1)
         # A restarted consumer (the connection was lost) has a fresh prefetch
         # count: take again the credit of runs still held.
@@ -116,10 +166,11 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
         for _ in self.held:
             self._take_credit(c)
         self._pause_or_resume(c)
-        self._warn_about_settings(c)
         self.timer = c.timer.call_repeatedly(TICK_SECONDS, self.tick, (c,), priority=10)
 
     def stop(self, c: Any) -> None:
+        if MessageHold.inline is self:
+            MessageHold.inline = None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -144,6 +195,40 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
             self._pause_or_resume(c)
         except Exception:  # a tick must never take the consumer down
             log.exception("queuestore: message hold tick failed")
+
+    def hold_now(self, task_id: str) -> None:
+        """Hold the message of a run that just claimed ``task_id`` on the consumer's thread.
+
+        Consuming stops first (the pool's one slot is taken), then the message
+        is acknowledged: the broker sends nothing more while the job runs, and
+        the next tick after it returns gives the slot back.
+        """
+        c = self.consumer
+        if c is None or threading.get_ident() != self.thread or task_id in self.held:
+            return
+        request = next((r for r in state.active_requests if r.id == task_id), None)
+        if request is None or request.acknowledged:
+            return
+        if self.pushed:
+            # RabbitMQ would send the next message as soon as this one is acknowledged,
+            # to wait unacknowledged behind the job; Redis's consumer fetches nothing
+            # while the job holds its thread.
+            self.held[task_id] = request
+            self._take_credit(c)
+            self._pause_or_resume(c, every_run=True)
+        # Now, not through Request.acknowledge: that goes through the event loop,
+        # which runs again only when the job returns.
+        request.message.ack_log_error(log, request.connection_errors)
+        request.acknowledged = True
+
+    def release_now(self, task_id: str) -> None:
+        """Give back the slot of a run :meth:`hold_now` held, and consume again."""
+        c = self.consumer
+        if c is None or threading.get_ident() != self.thread or task_id not in self.held:
+            return
+        del self.held[task_id]
+        self._give_credit(c)
+        self._pause_or_resume(c, every_run=True)
 
     def _due(self, app: Celery, request: Any) -> bool:
         if request.acknowledged or request.id in self.held or request.time_start is None:
@@ -178,26 +263,31 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
         else:
             c.qos.increment_eventually()
 
-    def _pause_or_resume(self, c: Any) -> None:
+    def _pause_or_resume(self, c: Any, *, every_run: bool = False) -> None:
+        # On the solo pool every run pauses and resumes: that is no news at INFO.
+        level = logging.DEBUG if every_run else logging.INFO
         full = self.unapplied > 0 or len(self.held) >= self.capacity
         if full and not self.paused:
             c.task_consumer.cancel()
             self.paused = True
-            log.info("queuestore: every pool slot runs a held job; consuming paused")
+            log.log(level, "queuestore: every pool slot runs a held job; consuming paused")
         elif not full and self.paused:
             c.task_consumer.consume()
             self.paused = False
-            log.info("queuestore: a held job ended; consuming again")
+            log.log(level, "queuestore: a held job ended; consuming again")
 
     @staticmethod
     def _warn_about_settings(c: Any) -> None:
         conf = c.app.conf
-        if conf.worker_prefetch_multiplier != 1:
+        # The consumer's own: the app's setting, or --prefetch-multiplier.
+        multiplier = getattr(c, "prefetch_multiplier", conf.worker_prefetch_multiplier)
+        if multiplier != 1:
             log.warning(
-                "queuestore: worker_prefetch_multiplier=%s; messages prefetched behind a long "
+                "queuestore: the prefetch multiplier is %s: messages prefetched behind a long "
                 "job wait unacknowledged and may pass the broker's consumer or visibility "
-                "timeout; queuestore's default is 1",
-                conf.worker_prefetch_multiplier,
+                "timeout; queuestore's default is 1 (worker_prefetch_multiplier, "
+                "--prefetch-multiplier)",
+                multiplier,
             )
         if is_redis(c.app):
             lease = Publisher.of(c.app).options.lease.total_seconds()
@@ -210,3 +300,33 @@ class MessageHold(bootsteps.StartStopStep):  # type: ignore[misc]
                     visibility,
                     lease,
                 )
+
+
+def _pool_name(c: Any) -> str:
+    """The worker's pool as ``--pool`` names it: prefork, solo, threads, gevent, eventlet."""
+    module = type(c.pool).__module__.rsplit(".", 1)[-1]
+    return {"thread": "threads"}.get(module, module)
+
+
+def _say_why_there_is_no_event_loop(c: Any) -> None:
+    """Say at start that messages wait for their job, and why: the pool or the broker."""
+    broker = str(getattr(c.connection.transport, "driver_type", "this"))
+    if broker == "filesystem":
+        log.info(
+            "queuestore: the filesystem broker has no event loop: a run's message is "
+            "acknowledged when its job returns (this broker never redelivers a message "
+            "on a timeout)"
+        )
+        return
+    pool = _pool_name(c)
+    cause = (
+        f"the {pool} pool has no event loop"
+        if pool in {"gevent", "eventlet"}
+        else f"the {broker} broker has no event loop"
+    )
+    log.warning(
+        "queuestore: %s: messages stay unacknowledged until their job returns, so a job "
+        "longer than the broker's consumer timeout (RabbitMQ) or visibility timeout "
+        "(Redis) is redelivered; use the prefork, threads or solo pool for long jobs",
+        cause,
+    )

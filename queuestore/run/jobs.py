@@ -15,7 +15,6 @@ A worker finds the store, the options and the publishing of its app's runs in
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
@@ -37,12 +36,13 @@ from queuestore.core.errors import (
     StoreUnavailable,
     TaskNotFound,
 )
-from queuestore.core.logs import task_context
+from queuestore.core.logs import ran_nothing, task_context
 from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
-from queuestore.run import hold
+from queuestore.run import hold, workarounds
 from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.inputs import JobInput
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
 from queuestore.store.pending import is_pending
@@ -75,6 +75,11 @@ class Job:
     celery_task: Any = field(repr=False)
     retry: Retry | None = None
     """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
+    input: JobInput = field(init=False, repr=False, compare=False)
+    """What its function takes: its parameters' names, annotations and defaults."""
+
+    def __post_init__(self) -> None:
+        self.input = JobInput(self.function, self.name)
 
     def __call__(self, ctx: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (in tests), with a context of your own."""
@@ -84,12 +89,10 @@ class Job:
         """Refuse input the function cannot take, before anything is written.
 
         Raises:
-            InvalidTaskData: unknown or missing keyword arguments.
+            InvalidTaskData: an unknown or missing argument, or a value that does
+                not fit its annotation; ``field`` names it (``input.month``).
         """
-        try:
-            inspect.signature(self.function).bind(None, **payload)
-        except TypeError as exc:
-            raise InvalidTaskData(f"does not fit job {self.name!r}: {exc}", field="input") from exc
+        self.input.arguments(payload)
 
 
 _JOBS: weakref.WeakKeyDictionary[Celery, dict[str, Job]] = weakref.WeakKeyDictionary()
@@ -194,16 +197,19 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
             task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
         )
         if task is None:
+            ran_nothing(task_id)  # Celery's "succeeded" line would say it ran
             _after_refusal(publisher, task_id)
             return None
         run = Run(publisher, task, worker_id)
         heartbeat.add(run)
+        hold.claimed(task_id)
     try:
         with interrupts.running(lambda: run.stopped):
             outcome = _call(registered, run)
     finally:
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(run)
+            hold.released(task_id)
     with interrupts.deferred(then_raise=False):
         policy = _retrying(registered, run, outcome)
         if outcome.suspended is not None:
@@ -279,7 +285,15 @@ class _Outcome:
 
 def _call(registered: Job, run: Run) -> _Outcome:
     try:
-        value = registered.function(TaskContext(run), **run.task.input)
+        arguments = registered.input.arguments(run.task.input)
+    except InvalidTaskData as exc:
+        # Not checked at submit (the job was not registered there): the job never runs.
+        log.error("task %s: its input does not fit job %s: %s", run.task_id, registered.name, exc)
+        return _Outcome(
+            TaskStatus.FAILED, {"error": TaskError(type="InvalidTaskData", message=str(exc))}
+        )
+    try:
+        value = registered.function(TaskContext(run), **arguments)
     except JobCancelled:
         return _Outcome(None)
     except InputRequested as request:
@@ -418,8 +432,11 @@ def _write_outcome(run: Run, outcome: _Outcome) -> Task | None:
 
 def prepare_worker(app: Celery) -> None:
     """Make ``app``'s worker processes ready for runs: a forked pool process drops the
-    connections its store inherited from the parent before its first run."""
-    from celery.signals import worker_process_init
+    connections its store inherited from the parent before its first run, and a
+    worker applies the workarounds of :mod:`queuestore.run.workarounds` as it starts."""
+    from celery.signals import worker_init, worker_process_init
+
+    worker_init.connect(workarounds.apply, weak=False, dispatch_uid="queuestore.workarounds")
 
     def forget_parent_connections(**_: Any) -> None:
         try:

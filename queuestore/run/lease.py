@@ -25,7 +25,7 @@ from queuestore.core.errors import (
     TaskNotFound,
 )
 from queuestore.core.logs import about
-from queuestore.core.models import Artifact, Task, TaskStatus
+from queuestore.core.models import TERMINAL, Artifact, Task, TaskStatus
 from queuestore.run.interrupts import interrupts
 
 log = logging.getLogger(__name__)
@@ -140,8 +140,11 @@ class Run:
     def write(self, **outcome: Any) -> Task:
         """Write the reports not written yet, with ``outcome`` (status and values) if given.
 
-        What was taken for the write is put back when the store is unreachable,
-        so a later write carries it; any other failure drops it.
+        An outcome that ends the task leaves out the job's last unwritten
+        message: the store gives a finished task the message of its end
+        (:meth:`TaskStore.report <queuestore.TaskStore.report>`). What was taken
+        for the write is put back when the store is unreachable, so a later
+        write carries it; any other failure drops it.
 
         Raises:
             InvalidTaskData, InvalidTransition, LeaseLost, TaskNotFound,
@@ -153,6 +156,8 @@ class Run:
                 self._values, self._artifacts = {}, []
             if not values and not artifacts and not outcome:
                 return self._task
+            if outcome.get("status") in TERMINAL:
+                values.pop("status_message", None)
             try:
                 task = self.publisher.store.report(
                     self.task_id,

@@ -397,7 +397,18 @@ class StoreBackend(ABC):
         expected_version: int | None = None,
         fence: str | Unset | None = UNSET,
     ) -> Write:
-        """The write that moves a task to ``target`` (or keeps its live status)."""
+        """The write that moves a task to ``target`` (or keeps its live status).
+
+        A terminal write that sets no ``status_message`` sets the one that
+        describes the end: the error's summary for a failure, else none. Every
+        terminal write goes through here (a run's outcome, a caller's update
+        or cancel, the reaper's failure), so a finished task never shows the
+        message of its last run ("half way", "retrying: ...").
+        """
+        if target in TERMINAL and "status_message" not in values:
+            error = values.get("error")
+            ending = error.summary if isinstance(error, TaskError) else None
+            values = {**values, "status_message": ending}
         return Write(
             scope=scope,
             from_statuses=LIVE if target is None else sources_of(target),

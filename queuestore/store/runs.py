@@ -161,6 +161,7 @@ class RunVerbs(StoreBackend):
                     type="WorkerLost",
                     message=f"worker {task.worker_id} stopped renewing its lease; "
                     f"{lost_runs(task)} of {max_lost_runs} runs lost",
+                    attempt=task.attempt,
                 )
                 write = replace(
                     self._transition(
@@ -209,6 +210,10 @@ class RunVerbs(StoreBackend):
         as :meth:`add_artifact` would. A worker batches what its job reported
         this way (see ``TaskQueue.report_interval``).
 
+        An ``error`` without an ``attempt`` gets the run's, and a terminal
+        ``status`` without a ``status_message`` gets the message of the end
+        (the error's summary, or none), as for every terminal write.
+
         Args:
             known: the run's latest copy of the task; with artifacts to merge
                 it spares the read first (a stale copy costs one refused write).
@@ -228,6 +233,8 @@ class RunVerbs(StoreBackend):
             for artifact, append in artifacts
         ]
         values = self._checked_values(status_message, progress, result, error)
+        if isinstance(values.get("error"), TaskError):
+            values["error"] = self._of_the_run(values["error"], task_id, worker_id, known)
         target = None if status is None else check.status(status)
         write = self._transition(OwnerScope(unscoped=True), target, values, fence=worker_id)
         if not changes:
@@ -238,6 +245,24 @@ class RunVerbs(StoreBackend):
             lambda task: {"artifacts": self._merged(task.artifacts, changes)},
             known=known,
         )
+
+    def _of_the_run(
+        self, error: TaskError, task_id: str, worker_id: str, known: Task | None
+    ) -> TaskError:
+        """``error`` with the ``attempt`` of the run ``worker_id`` holds, unless it has one.
+
+        The run's copy (``known``) gives it; without one, a read does. A task
+        the worker no longer holds leaves the error as it is: the write that
+        follows is refused.
+        """
+        if error.attempt is not None:
+            return error
+        held = known if known is not None and known.id == task_id else None
+        if held is None or held.worker_id != worker_id:
+            held = self._fetch(task_id, OwnerScope(unscoped=True))
+        if held is None or held.worker_id != worker_id:
+            return error
+        return error.model_copy(update={"attempt": held.attempt})
 
     def retry(
         self,
@@ -270,7 +295,7 @@ class RunVerbs(StoreBackend):
         worker_id = check.worker_id(worker_id)
         failed = check.record(TaskError, error, "error", self.max_payload_bytes)
         start = check.aware(run_at, "run_at")
-        message = f"retrying: {failed.type}: {failed.message}"[:10_000]
+        message = f"retrying: {failed.summary}"
 
         def appended(task: Task) -> dict[str, Any]:
             kept = failed.model_copy(update={"attempt": task.attempt})

@@ -308,8 +308,9 @@ class TaskQueue:
         required; ``delay`` included). The tasks are committed together, all
         or none (:meth:`TaskStore.create_many <queuestore.TaskStore.create_many>`),
         then their messages are published on one connection, in the order
-        given; if the broker fails part way, the rest wait in the store for the
-        sweep, as for :meth:`submit`. An item whose ``unique_key`` a
+        given; if the broker cannot be reached, or fails part way, the tasks
+        wait in the store for the sweep and nothing is raised, as for
+        :meth:`submit`. An item whose ``unique_key`` a
         live task holds gives that task, published once already. An item's
         ``callback`` (a :class:`~queuestore.core.callbacks.CallbackRequest`, or a
         mapping of its fields) is registered after the commit and before any

@@ -85,6 +85,9 @@ def test_input_checked_against_the_registered_job(alice: httpx.Client, pg: HttpD
     before = snapshot(pg.deployment.queue.store)
     response = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "c": 2}})
     assert_problem(response, 422, "invalid-task-data")
+    typed = alice.post("/tasks", json={"name": "http.add", "input": {"a": "one", "b": 2}})
+    assert_problem(typed, 422, "invalid-task-data")
+    assert typed.json()["detail"].startswith("input.a: does not fit job 'http.add'")
     assert snapshot(pg.deployment.queue.store) == before
 
 

@@ -322,6 +322,15 @@ def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Ap
     with api.client("token-alice") as alice:
         done = alice.post("/tasks", json={"name": "http.add", "input": {"a": 1, "b": 2}}).json()
         wait_for_status(alice, done["id"], "completed")
+        past = alice.post(
+            "/tasks",
+            json={
+                "name": "http.add",
+                "input": {"a": 3, "b": 4},
+                "run_at": (datetime.now(UTC) - timedelta(minutes=1)).isoformat(),
+            },
+        ).json()
+        wait_for_status(alice, past["id"], "completed")
         scheduled = alice.post(
             "/tasks",
             json={"name": "http.add", "input": {"a": 2, "b": 3}, "run_at": start.isoformat()},
@@ -344,6 +353,17 @@ def test_dashboard_shows_when_a_scheduled_task_starts(browser: Chromium, api: Ap
             browser.wait("document.getElementById('detail').dataset.taskId", what="the detail")
             details = browser.evaluate("document.querySelector('#detail dl').innerText")
             assert f"scheduled\n{local(scheduled['run_at'])}" in details
+
+            # A start already past is not shown as one to come.
+            assert browser.evaluate(f"{row(past['id'])}.querySelector('time.starts')") is None
+            browser.evaluate(f"{row(past['id'])}.click()")
+            browser.wait(
+                f"document.getElementById('detail').dataset.taskId === {json.dumps(past['id'])}",
+                what="the past task's detail",
+            )
+            details = browser.evaluate("document.querySelector('#detail dl').innerText")
+            assert "scheduled" not in details
+            assert f"not before\n{local(past['run_at'])}" in details
         finally:
             alice.post(f"/tasks/{scheduled['id']}/cancel", json={})
         browser.wait(f"{row(scheduled['id'])}.dataset.status === 'cancelled'", what="cancelled")

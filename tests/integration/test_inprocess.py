@@ -91,7 +91,13 @@ def session_queue(celery_session_app: Celery, probe: Probe) -> Iterator[TaskQueu
             ctx.add_artifact(chunk, append=True)
             ctx.progress(number / 4)
         ctx.flush()  # reports are batched; ctx.task shows what was written
-        return {"topic": topic, "attempt": ctx.attempt, "seen": ctx.task.progress}
+        seen = ctx.task
+        return {
+            "topic": topic,
+            "attempt": ctx.attempt,
+            "seen": seen.progress,
+            "said": seen.status_message,
+        }
 
     @job(celery_session_app, name="inproc.loop")
     def loop(ctx: TaskContext) -> str:
@@ -146,8 +152,13 @@ def test_the_context_reports_message_progress_and_streamed_artifacts(
     done = _terminal(queue, task.id)
 
     assert done.status is TaskStatus.COMPLETED, done.error
-    assert done.result == {"topic": "tides", "attempt": 1, "seen": 0.75}
-    assert done.status_message == "researching tides"
+    assert done.result == {
+        "topic": "tides",
+        "attempt": 1,
+        "seen": 0.75,
+        "said": "researching tides",
+    }
+    assert done.status_message is None  # a finished task's message is its end's
     assert done.progress == 1.0
     assert [artifact.parts for artifact in done.artifacts] == [["part 1", "part 2", "part 3"]]
     assert probe.runs == 1

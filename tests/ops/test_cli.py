@@ -191,24 +191,30 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
     assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
     base = ["tasks", "submit", "--url", database_url]
 
+    # The package's app (-A workers) registers the examples.* jobs.
     first = runner.invoke(
-        app, [*base, "reports.build", '{"month": "11"}', "--delay", "90", "--unique-key", "k"]
+        app,
+        [*base, "examples.research", '{"topic": "otters"}', "--delay", "90", "--unique-key", "k"],
     )
     assert first.exit_code == 0, first.output
     task_id, status = first.output.split()[:2]
     assert status == "submitted"
-    again = runner.invoke(app, [*base, "reports.build", "--unique-key", "k", "--json"])
+    again = runner.invoke(
+        app, [*base, "examples.research", '{"topic": "x"}', "--unique-key", "k", "--json"]
+    )
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["id"] == task_id
-    at = runner.invoke(app, [*base, "x.y", "--at", "2031-01-02T03:04:05+01:00", "--json"])
+    at = runner.invoke(
+        app, [*base, "examples.crunch", "--at", "2031-01-02T03:04:05+01:00", "--json"]
+    )
     assert json.loads(at.output)["run_at"] == "2031-01-02T02:04:05Z"
-    urgent = runner.invoke(app, [*base, "x.y", "--priority", "7", "--json"])
+    urgent = runner.invoke(app, [*base, "examples.crunch", "--priority", "7", "--json"])
     assert json.loads(urgent.output)["priority"] == 7
 
     store = SqlTaskStore(database_url)
     try:
         task = store.get(task_id)
-        assert task.input == {"month": "11"}
+        assert task.input == {"topic": "otters"}
         assert task.run_at is not None
         assert 80 < (task.run_at - task.created_at).total_seconds() <= 90
         assert store.count() == 3
@@ -219,13 +225,22 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["x.y", "[1]"], "INPUT must be a JSON object"),
-        (["x.y", "{nope"], "INPUT must be a JSON object"),
-        (["x.y", "--delay", "5 minutes"], "--delay:"),
-        (["x.y", "--at", "2031-01-01T00:00:00"], "run_at: must be a timezone-aware datetime"),
-        (["x.y", "--at", "tomorrow"], "--at:"),
-        (["x.y", "--delay", "5", "--at", "2031-01-01T00:00:00Z"], "give run_at or delay"),
-        (["x.y", "--priority", "10"], "--priority"),
+        (["examples.crunch", "[1]"], "INPUT must be a JSON object"),
+        (["examples.crunch", "{nope"], "INPUT must be a JSON object"),
+        (["examples.crunch", "--delay", "5 minutes"], "--delay:"),
+        (
+            ["examples.crunch", "--at", "2031-01-01T00:00:00"],
+            "run_at: must be a timezone-aware datetime",
+        ),
+        (["examples.crunch", "--at", "tomorrow"], "--at:"),
+        (
+            ["examples.crunch", "--delay", "5", "--at", "2031-01-01T00:00:00Z"],
+            "give run_at or delay",
+        ),
+        (["examples.crunch", "--priority", "10"], "--priority"),
+        (["examples.crunch", '{"seconds": "long"}'], "input.seconds: does not fit job"),
+        (["reports.build"], "no job named 'reports.build' in 'workers'; known: examples."),
+        (["reports.build", "--app", "workers"], "no job named 'reports.build'"),
     ],
 )
 def test_tasks_submit_refuses_bad_values_and_writes_nothing(

@@ -71,6 +71,28 @@ def test_an_exception_fails_the_task_with_its_type_and_message(
     assert failed.error.message == "503 from upstream"
 
 
+def test_a_finished_run_leaves_the_message_of_its_end_not_its_last_report(
+    app: Celery, queue: TaskQueue
+) -> None:
+    def call(ctx: TaskContext, fail: bool) -> None:
+        ctx.progress(0.5, "half way")
+        ctx.flush()
+        ctx.progress(0.9, "1s left")  # still unwritten when the job ends
+        if fail:
+            raise ConnectionError("refused\nby 127.0.0.1")
+
+    registered = register(app, call)
+    done = execute(queue.publisher, registered, queue.submit("test.job", {"fail": False}).id)
+    failed = execute(queue.publisher, registered, queue.submit("test.job", {"fail": True}).id)
+
+    assert done is not None
+    assert (done.status, done.status_message) == (TaskStatus.COMPLETED, None)
+    assert failed is not None
+    assert failed.status_message == "ConnectionError: refused"
+    assert failed.error is not None
+    assert failed.error.attempt == failed.attempt == 1
+
+
 def test_a_builtin_exception_is_named_without_its_module(app: Celery, queue: TaskQueue) -> None:
     def call(ctx: TaskContext) -> None:
         raise ValueError("bad month")

@@ -52,7 +52,7 @@ def test_submit_refuses_input_the_job_cannot_take_and_writes_nothing(
     register(app, lambda ctx, month: month)
     with pytest.raises(InvalidTaskData) as refused:
         queue.submit("test.job", {"mnth": "2026-11"})
-    assert refused.value.field == "input"
+    assert refused.value.field == "input.month"
     assert queue.store.list().tasks == []
     assert published.messages == []
 

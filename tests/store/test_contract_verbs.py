@@ -529,8 +529,8 @@ def test_mark_published_many_refuses_bad_pairs_and_marks_nothing(store: TaskStor
     assert [t.id for t in store.unpublished(timedelta(0))] == [task.id]
 
 
-def test_cancel_without_a_reason_keeps_the_status_message(store: TaskStore) -> None:
+def test_cancel_without_a_reason_clears_the_runs_status_message(store: TaskStore) -> None:
     task = reach(store, TaskStatus.WORKING)
     store.update(task.id, status_message="half way")
 
-    assert store.cancel(task.id).status_message == "half way"
+    assert store.cancel(task.id).status_message is None

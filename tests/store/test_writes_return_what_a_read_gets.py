@@ -115,7 +115,7 @@ def test_a_failure_reported_from_the_runs_copy_carries_its_typed_error(store: Ta
         result=ODD,
     )
 
-    assert failed.error == TaskError(type="Boom", message="it broke")
+    assert failed.error == TaskError(type="Boom", message="it broke", attempt=task.attempt)
     assert failed.finished_at is not None
     assert failed.worker_id is None
     assert failed == store.get(task.id)

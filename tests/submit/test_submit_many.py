@@ -62,7 +62,7 @@ def test_a_bad_item_is_named_and_nothing_is_written(
 
     register(app, build, name="reports.build")
     cases = [
-        ({"name": "reports.build", "input": {"year": 2026}}, "tasks[1].input"),
+        ({"name": "reports.build", "input": {"year": 2026}}, "tasks[1].input.month"),
         ({"name": "x.y", "delay": -timedelta(seconds=1)}, "tasks[1].delay"),
         (
             {"name": "x.y", "delay": timedelta(seconds=1), "run_at": None, "ttl": "1h"},
