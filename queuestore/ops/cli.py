@@ -8,51 +8,61 @@ is one line on stderr and a non-zero exit (2: bad usage or configuration,
 
 from __future__ import annotations
 
+import functools
 import json
-import logging
-import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
-from pydantic import TypeAdapter, ValidationError
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
 
-from queuestore.beat.janitor import run_janitor
-from queuestore.config import Duration, Settings
-from queuestore.core.callbacks import CallbackEvents, CallbackFormat, CallbackRequest
-from queuestore.core.concurrency import Caps
-from queuestore.core.errors import InvalidCursor, InvalidTaskData, QueueStoreError, TaskNotFound
-from queuestore.core.logs import setup as setup_logging
-from queuestore.core.models import LIVE, Task
-from queuestore.core.owner import ANY, Owner
-from queuestore.core.watch import Watch
-from queuestore.ops.presentation import TaskWatchView, task_table
-from queuestore.push.signing import SigningSecret
-from queuestore.store.sql import SqlTaskStore
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from rich.console import Console
 
+    from queuestore.config import Settings
+    from queuestore.core.concurrency import Caps
+    from queuestore.core.models import Task
+    from queuestore.core.owner import Owner
+    from queuestore.core.watch import Watch
+    from queuestore.ops.presentation import TaskWatchView
+    from queuestore.store.sql import SqlTaskStore
+
+# Only typer and the standard library at the top: each command imports what it
+# needs, so that `--help` and a usage error do not wait for SQLAlchemy and Celery
+# (tests/ops/test_cli_startup.py keeps it so; bench/cli_startup.py times it).
+
+# Plain help, as click prints it: Typer's rich panels would cost `--help` a third of a
+# second of imports (markdown-it, pygments), and show `<bool>` beside every flag.
 app = typer.Typer(
     help="A durable task store whose tasks run as Celery jobs.",
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    no_args_is_help=True,
 )
-db = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
+db = typer.Typer(help="Manage the database schema.", rich_markup_mode=None, no_args_is_help=True)
 tasks = typer.Typer(
-    help="Submit, inspect, watch, answer, cancel and delete tasks.", no_args_is_help=True
+    help="Submit, inspect, watch, answer, cancel and delete tasks.",
+    rich_markup_mode=None,
+    no_args_is_help=True,
 )
-config = typer.Typer(help="Show the settings and their reference.", no_args_is_help=True)
+config = typer.Typer(
+    help="Show the settings and their reference.", rich_markup_mode=None, no_args_is_help=True
+)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
 app.add_typer(config, name="config")
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)
+
+@functools.cache
+def _console() -> Console:
+    """The console commands print to: standard output, its width read at each print."""
+    from rich.console import Console
+
+    return Console()
+
 
 _CELERY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -74,9 +84,14 @@ AppOption = Annotated[
 ]
 
 
+def _error_line(message: str) -> None:
+    sys.stderr.write(f"queuestore: error: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+
+
 def _fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr, then exit with ``code``."""
-    errors.print(f"queuestore: error: {' '.join(message.split())}", markup=False, highlight=False)
+    _error_line(message)
     raise typer.Exit(code)
 
 
@@ -85,14 +100,34 @@ def _reporting() -> Iterator[None]:
     """Turn the library's errors into one line and an exit code."""
     try:
         yield
-    except ValidationError as exc:
-        _fail(f"invalid configuration: {_first_error(exc)}", 2)
-    except (InvalidTaskData, InvalidCursor) as exc:
-        _fail(str(exc), 2)
-    except QueueStoreError as exc:
-        _fail(str(exc), 1)
-    except SQLAlchemyError as exc:  # the schema commands use the engine directly
-        _fail(f"database unavailable: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", 1)
+    except Exception as exc:
+        explained = _explained(exc)
+        if explained is None:
+            raise
+        _fail(*explained)
+
+
+def _explained(exc: Exception) -> tuple[str, int] | None:
+    """What to tell the user about ``exc``, and the exit code; None for an error not ours.
+
+    The classes are imported here, once a command has failed: by then it has
+    imported them anyway.
+    """
+    from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from queuestore.core.errors import InvalidCursor, InvalidTaskData, QueueStoreError
+
+    if isinstance(exc, ValidationError):
+        return f"invalid configuration: {_first_error(exc)}", 2
+    if isinstance(exc, InvalidTaskData | InvalidCursor):
+        return str(exc), 2
+    if isinstance(exc, QueueStoreError):
+        return str(exc), 1
+    if isinstance(exc, SQLAlchemyError):  # the schema commands use the engine directly
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        return f"database unavailable: {reason}", 1
+    return None
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -103,6 +138,8 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _settings(url: str | None) -> Settings:
+    from queuestore.config import Settings
+
     settings = Settings()
     return settings if url is None else settings.model_copy(update={"database_url": url})
 
@@ -113,6 +150,8 @@ def _store(url: str | None) -> SqlTaskStore:
 
 
 def _owner(owner: str | None) -> Owner:
+    from queuestore.core.owner import ANY
+
     return ANY if owner is None else owner
 
 
@@ -149,7 +188,7 @@ def beat(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
 
 def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
     with _reporting():
-        settings = Settings()
+        settings = _settings(None)
     celery_app = _celery_app(name)
     argv = [command, *arguments]
     if not any(arg in {"-l", "--loglevel"} or arg.startswith("--loglevel=") for arg in arguments):
@@ -169,7 +208,7 @@ def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
     with _reporting():
         store = _store(url)
         store.migrate(revision)
-    console.print(f"[green]schema at {revision}[/] on {store!r}")
+    _console().print(f"[green]schema at {revision}[/] on {store!r}")
 
 
 @db.command("downgrade")
@@ -181,7 +220,7 @@ def db_downgrade(revision: str, url: UrlOption = None) -> None:
         store = _store(url)
         with store.engine.begin() as connection:
             downgrade(connection, revision)
-    console.print(f"[yellow]schema at {revision}[/] on {store!r}")
+    _console().print(f"[yellow]schema at {revision}[/] on {store!r}")
 
 
 @db.command("current")
@@ -199,7 +238,7 @@ def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _print_json({"revision": revision})
     else:
-        console.print(revision or "none")
+        _console().print(revision or "none")
 
 
 # -- tasks --------------------------------------------------------------------
@@ -218,6 +257,8 @@ def tasks_list(
     as_json: JsonOption = False,
 ) -> None:
     """List tasks, newest first."""
+    from queuestore.ops.presentation import task_table
+
     with _reporting():
         settings = _settings(url)
         page = _store(url).list(
@@ -231,14 +272,14 @@ def tasks_list(
     if as_json:
         _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
         return
-    console.print(task_table(page.tasks))
+    _console().print(task_table(page.tasks))
     if page.next_cursor is None:
         return
     if settings.cursor_secret is None:
         # Each process signs cursors with a random key unless one is configured.
-        console.print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
+        _console().print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
     else:
-        console.print(f"next page: --cursor {page.next_cursor}", overflow="fold")
+        _console().print(f"next page: --cursor {page.next_cursor}", overflow="fold")
 
 
 @tasks.command("running")
@@ -255,6 +296,8 @@ def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _print_json({"running": rows})
         return
+    from rich.table import Table
+
     table = Table("owner", "job", "running", "owner limit", "job limit")
     for row in rows:
         table.add_row(
@@ -264,7 +307,7 @@ def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
             "-" if row["owner_limit"] is None else str(row["owner_limit"]),
             "-" if row["job_limit"] is None else str(row["job_limit"]),
         )
-    console.print(table if rows else "no task is running")
+    _console().print(table if rows else "no task is running")
 
 
 @tasks.command("deliveries")
@@ -280,8 +323,10 @@ def tasks_deliveries(
         )
         return
     if not deliveries:
-        console.print("no delivery: the task has no callback, or no change it wants yet")
+        _console().print("no delivery: the task has no callback, or no change it wants yet")
         return
+    from rich.table import Table
+
     table = Table("id", "status", "state", "tries", "changed", "delivered / next", "error", "url")
     for delivery in deliveries:
         when = delivery.delivered_at or delivery.next_try_at
@@ -295,7 +340,7 @@ def tasks_deliveries(
             delivery.last_error or "-",
             delivery.url,
         )
-    console.print(table)
+    _console().print(table)
 
 
 @tasks.command("redeliver")
@@ -310,7 +355,7 @@ def tasks_redeliver(
     """Send a dead delivery again, now (its callback's later ones wait behind it)."""
     with _reporting():
         delivery = _store(url).redeliver(task_id, delivery_id, owner=_owner(owner))
-    console.print(f"delivery {delivery.id} of {delivery.task_id} is {delivery.state.value}")
+    _console().print(f"delivery {delivery.id} of {delivery.task_id} is {delivery.state.value}")
 
 
 def _caps_json(caps: Caps) -> dict[str, int | None]:
@@ -327,7 +372,7 @@ def tasks_show(
     if as_json:
         _print_json(_task_json(task))
     else:
-        console.print_json(task.model_dump_json())
+        _console().print_json(task.model_dump_json())
 
 
 @tasks.command("watch")
@@ -347,6 +392,8 @@ def tasks_watch(
     Ctrl-C or --timeout. Changes arrive from the store's change feed
     (LISTEN/NOTIFY on PostgreSQL); --json prints one JSON line per change.
     """
+    from queuestore.core.models import LIVE
+
     if timeout is not None and timeout <= 0:
         _fail("--timeout must be more than 0 seconds", 2)
     with _reporting():
@@ -377,8 +424,10 @@ def _follow(
     as_json: bool,
 ) -> bool:
     """Show changes until the followed tasks are terminal; False when ``timeout`` ran out."""
+    from queuestore.ops.presentation import TaskWatchView
+
     deadline = None if timeout is None else time.monotonic() + timeout
-    view = TaskWatchView(console, as_json=as_json)
+    view = TaskWatchView(_console(), as_json=as_json)
     with view:
         for task in current.values():
             view.show(task)
@@ -407,6 +456,8 @@ def _follow(
 
 def _forget_deleted(store: SqlTaskStore, current: dict[str, Task], view: TaskWatchView) -> None:
     """Stop following tasks deleted meanwhile (the feed does not deliver deletions)."""
+    from queuestore.core.errors import TaskNotFound
+
     for task_id, task in list(current.items()):
         if task.is_terminal:
             continue
@@ -427,7 +478,7 @@ def tasks_cancel(
     """
     with _reporting():
         task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
-    console.print(f"{task.id} {task.status}")
+    _console().print(f"{task.id} {task.status}")
 
 
 @tasks.command("submit")
@@ -459,13 +510,14 @@ def tasks_submit(
         str | None, typer.Option(help="Send the task's status changes to this URL.")
     ] = None,
     callback_events: Annotated[
-        CallbackEvents,
+        Literal["terminal", "all"],
         typer.Option(help="Which changes the callback gets: the end only, or every status."),
-    ] = CallbackEvents.TERMINAL,
+    ] = "terminal",
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
     """Submit a task and enqueue its job; print its id and status (or, --json, the task)."""
+    from queuestore.core.callbacks import CallbackEvents, CallbackRequest
     from queuestore.submit.queue import TaskQueue
 
     arguments = _submission(input, delay, at)
@@ -485,18 +537,24 @@ def tasks_submit(
             priority=priority,
             callback=None
             if callback is None
-            else CallbackRequest(url=callback, events=callback_events),
+            else CallbackRequest(url=callback, events=CallbackEvents(callback_events)),
             **arguments,
         )
     if as_json:
         _print_json(_task_json(task))
     else:
         starts = f" (starts {task.run_at.isoformat()})" if task.run_at is not None else ""
-        console.print(f"{task.id} {task.status}{starts}")
+        _console().print(f"{task.id} {task.status}{starts}")
 
 
 def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]:
     """``submit``'s input and start from the command's texts; a usage error when bad."""
+    from datetime import datetime
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from queuestore.config import Duration
+
     try:
         document = json.loads(input)
     except ValueError as exc:
@@ -543,7 +601,7 @@ def tasks_resume(
             store, _celery_app(celery_app), priorities=settings.priorities, limits=settings.limits
         )
         task = queue.resume(task_id, value, owner=_owner(owner))
-    console.print(f"{task.id} {task.status}")
+    _console().print(f"{task.id} {task.status}")
 
 
 def _celery_app(name: str) -> Any:
@@ -570,7 +628,7 @@ def tasks_delete(
         if not task.is_terminal and not force:
             _fail(f"task {task.id} is {task.status}; cancel it first, or pass --force", 1)
         store.delete(task_id, owner=_owner(owner))
-    console.print(f"{task.id} deleted")
+    _console().print(f"{task.id} deleted")
 
 
 # -- settings -------------------------------------------------------------------
@@ -582,7 +640,7 @@ def config_show(as_json: JsonOption = False) -> None:
     from queuestore.ops.reference import effective_settings
 
     with _reporting():
-        values = effective_settings(Settings())
+        values = effective_settings(_settings(None))
     if as_json:
         _print_json(values)
         return
@@ -590,7 +648,7 @@ def config_show(as_json: JsonOption = False) -> None:
         shown = (
             "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
         )
-        console.print(
+        _console().print(
             f"QUEUESTORE_{name.upper()}={shown}", markup=False, highlight=False, soft_wrap=True
         )
 
@@ -613,9 +671,13 @@ def janitor(
     batch_size: int = 1000,
 ) -> None:
     """Delete terminal tasks older than TTL now (beat runs the same on a schedule)."""
+    from datetime import timedelta
+
+    from queuestore.beat.janitor import run_janitor
+
     with _reporting():
         removed = run_janitor(_store(url), timedelta(seconds=ttl), batch_size=batch_size)
-    console.print(f"removed {removed} expired tasks")
+    _console().print(f"removed {removed} expired tasks")
 
 
 @app.command()
@@ -635,10 +697,15 @@ def deliver(
     receivers: they share the work, and each delivery of a callback goes in
     the order of its task's changes.
     """
+    import logging
+    import signal
+
+    from queuestore.core.logs import setup as setup_logging
     from queuestore.push.deliverer import Deliverer
+    from queuestore.push.signing import SigningSecret
 
     if new_secret:
-        console.print(str(SigningSecret.generate()))
+        _console().print(str(SigningSecret.generate()))
         return
     with _reporting():
         settings = _settings(url)
@@ -663,8 +730,10 @@ def deliver(
     deliverer.run()
 
 
-def _delivery_formats() -> dict[CallbackFormat, Any]:
+def _delivery_formats() -> dict[Any, Any]:
     """The formats beside the webhook's: A2A push notifications, when a2a-sdk is installed."""
+    from queuestore.core.callbacks import CallbackFormat
+
     try:
         from queuestore.a2a.push_configs import a2a_request
     except ImportError:
@@ -679,7 +748,7 @@ def demo(
     """Run the whole flow on the embedded default: worker, beat, jobs, cancel, input, janitor."""
     from queuestore.ops.demo import run_demo
 
-    raise typer.Exit(run_demo(console, keep=keep))
+    raise typer.Exit(run_demo(_console(), keep=keep))
 
 
 @app.command()
@@ -719,7 +788,7 @@ def main(args: Sequence[str] | None = None) -> int:
             sys.stdout.write(exc.format_message() + "\n")
             return 0
         where = f"{context.command_path}: " if context is not None else ""
-        errors.print(f"queuestore: error: {where}{exc.format_message()}", markup=False)
+        _error_line(f"{where}{exc.format_message()}")
         return exc.exit_code
     except typer.Abort:
         return 130
