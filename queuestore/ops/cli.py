@@ -145,8 +145,14 @@ def _settings(url: str | None) -> Settings:
 
 
 def _store(url: str | None) -> SqlTaskStore:
-    settings = _settings(url).model_copy(update={"auto_migrate": False})
-    return settings.make_store()
+    """The store the settings give, migrated first as they say (the embedded SQLite file:
+    yes), so that every command works on a fresh ``QUEUESTORE_HOME``."""
+    return _settings(url).make_store()
+
+
+def _schema_store(url: str | None) -> SqlTaskStore:
+    """The store, never migrated: for the commands that manage the schema."""
+    return _settings(url).model_copy(update={"auto_migrate": False}).make_store()
 
 
 def _owner(owner: str | None) -> Owner:
@@ -206,7 +212,7 @@ def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
 def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
     """Create or migrate the schema to the newest revision."""
     with _reporting():
-        store = _store(url)
+        store = _schema_store(url)
         store.migrate(revision)
     _console().print(f"[green]schema at {revision}[/] on {store!r}")
 
@@ -217,7 +223,7 @@ def db_downgrade(revision: str, url: UrlOption = None) -> None:
     from queuestore.store.sql.migrations import downgrade
 
     with _reporting():
-        store = _store(url)
+        store = _schema_store(url)
         with store.engine.begin() as connection:
             downgrade(connection, revision)
     _console().print(f"[yellow]schema at {revision}[/] on {store!r}")
@@ -231,7 +237,7 @@ def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
     from queuestore.store.sql.migrations import VERSION_TABLE
 
     with _reporting():
-        store = _store(url)
+        store = _schema_store(url)
         with store.engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
             revision = context.get_current_revision()
@@ -271,6 +277,9 @@ def tasks_list(
         )
     if as_json:
         _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
+        return
+    if not page.tasks:
+        _console().print("no tasks" if cursor is None else "no more tasks")
         return
     _console().print(task_table(page.tasks))
     if page.next_cursor is None:
@@ -522,7 +531,7 @@ def tasks_submit(
 
     arguments = _submission(input, delay, at)
     with _reporting():
-        settings = _settings(url).model_copy(update={"auto_migrate": False})
+        settings = _settings(url)
         queue = TaskQueue(
             settings.make_store(),
             _celery_app(celery_app),
@@ -595,7 +604,7 @@ def tasks_resume(
         except ValueError:
             value = answer
     with _reporting():
-        settings = _settings(url).model_copy(update={"auto_migrate": False})
+        settings = _settings(url)
         store = settings.make_store()
         queue = TaskQueue(
             store, _celery_app(celery_app), priorities=settings.priorities, limits=settings.limits
@@ -709,7 +718,7 @@ def deliver(
         return
     with _reporting():
         settings = _settings(url)
-        store = settings.model_copy(update={"auto_migrate": False}).make_store()
+        store = settings.make_store()
         observer = None
         if settings.metrics_port is not None:
             from queuestore.metrics.prometheus import serve_delivery_metrics

@@ -243,3 +243,62 @@ def test_tasks_submit_refuses_bad_values_and_writes_nothing(
         assert store.count() == 0
     finally:
         store.close()
+
+
+@pytest.fixture
+def fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty QUEUESTORE_HOME, and no other QUEUESTORE_* setting: the embedded default."""
+    for name in [name for name in os.environ if name.startswith("QUEUESTORE_")]:
+        monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    monkeypatch.setenv("QUEUESTORE_HOME", str(home))
+    return home
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "answer"),
+    [
+        (["tasks", "list"], 0, "no tasks"),
+        (["tasks", "list", "--json"], 0, '{"tasks":[],"next_cursor":null}'),
+        (["tasks", "running"], 0, "no task is running"),
+        (["tasks", "watch", "--timeout", "0.1"], 0, ""),
+        (["tasks", "show", "nope"], 1, "not found"),
+        (["tasks", "deliveries", "nope"], 1, "not found"),
+        (["tasks", "redeliver", "nope", "1"], 1, "nope"),
+        (["tasks", "cancel", "nope"], 1, "not found"),
+        (["tasks", "delete", "nope"], 1, "not found"),
+        (["tasks", "submit", "cli.fresh"], 0, "submitted"),
+        (["janitor"], 0, "removed 0"),
+        (["db", "current"], 0, "none"),
+        (["config", "show"], 0, "QUEUESTORE_HOME="),
+    ],
+)
+def test_every_command_answers_on_a_fresh_home(
+    fresh_home: Path, arguments: list[str], code: int, answer: str
+) -> None:
+    """A newcomer's first command: an empty list is an answer, not a missing table."""
+    result = CliRunner().invoke(app, arguments)
+
+    assert result.exit_code == code, result.output
+    assert answer in result.output
+    assert "no such table" not in result.output
+
+
+def test_deliver_starts_on_a_fresh_home(fresh_home: Path, tmp_path: Path) -> None:
+    deliver = subprocess.Popen(
+        [sys.executable, "-m", "queuestore", "deliver"],
+        cwd=tmp_path,
+        env=os.environ | {"QUEUESTORE_HOME": str(fresh_home)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert deliver.stderr is not None
+        started = deliver.stderr.readline()
+        time.sleep(1.0)  # its first rounds of taking deliveries
+    finally:
+        deliver.terminate()
+        _, rest = deliver.communicate(timeout=30)
+    assert "delivering callbacks" in started, started + rest
+    assert "no such table" not in rest
+    assert deliver.returncode == 0, rest
