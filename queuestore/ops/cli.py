@@ -9,6 +9,7 @@ is one line on stderr and a non-zero exit (2: bad usage or configuration,
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import sys
 import time
@@ -66,21 +67,33 @@ def _console() -> Console:
 
 _CELERY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
+# Help is plain text, as it prints: no Markdown or reST markup. Every value an
+# option takes has a metavar in capitals, as docs/reference/cli.md writes it.
 UrlOption = Annotated[
     str | None,
-    typer.Option("--url", help="Database URL; default: QUEUESTORE_DATABASE_URL or embedded."),
+    typer.Option(
+        "--url", metavar="URL", help="Database URL; default: QUEUESTORE_DATABASE_URL or embedded."
+    ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON for scripts, as the HTTP API shows it.")
+]
 OwnerOption = Annotated[
-    str | None, typer.Option(help="Act as this owner (default: every owner, as an operator).")
+    str | None,
+    typer.Option(metavar="OWNER", help="Act as this owner (default: every owner, as an operator)."),
 ]
 AppOption = Annotated[
     str,
     typer.Option(
         "--app",
         "-A",
-        help="The Celery app: a module (its `app`) or module:attribute. Default: the package's.",
+        metavar="MODULE",
+        help="The Celery app: a module (its app) or module:attribute. Default: the package's.",
     ),
+]
+TaskIdArgument = Annotated[
+    str,
+    typer.Argument(metavar="TASK_ID", help="The task; put -- before an id that starts with -."),
 ]
 
 
@@ -167,7 +180,10 @@ def _print_json(document: Any) -> None:
 
 
 def _task_json(task: Task) -> dict[str, Any]:
-    return task.model_dump(mode="json")
+    """The task as the HTTP API shows it: what a caller can act on, no worker bookkeeping."""
+    from queuestore.core.views import TaskView
+
+    return TaskView.of(task).model_dump(mode="json")
 
 
 # -- workers and beat ---------------------------------------------------------
@@ -177,8 +193,8 @@ def _task_json(task: Task) -> dict[str, Any]:
 def worker(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
     """Start a Celery worker that runs the app's jobs.
 
-    Other options go to `celery worker`, e.g. `queuestore worker --concurrency 2 -Q reports`
-    (or after `--`). Settings come from QUEUESTORE_* variables.
+    Other options go to celery worker, e.g. queuestore worker --concurrency 2 -Q reports
+    (or after --). Settings come from QUEUESTORE_* variables.
     """
     raise typer.Exit(_celery("worker", celery_app, ctx.args))
 
@@ -187,7 +203,7 @@ def worker(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
 def beat(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
     """Start Celery beat: the janitor, reaper and sweep. Run exactly one.
 
-    Other options go to `celery beat`, e.g. `--schedule /var/lib/queuestore/schedule`.
+    Other options go to celery beat, e.g. --schedule /var/lib/queuestore/schedule.
     """
     raise typer.Exit(_celery("beat", celery_app, ctx.args))
 
@@ -209,7 +225,10 @@ def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
 
 
 @db.command("upgrade")
-def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
+def db_upgrade(
+    url: UrlOption = None,
+    revision: Annotated[str, typer.Option(metavar="REV", help="The revision to reach.")] = "head",
+) -> None:
     """Create or migrate the schema to the newest revision."""
     with _reporting():
         store = _schema_store(url)
@@ -218,8 +237,11 @@ def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
 
 
 @db.command("downgrade")
-def db_downgrade(revision: str, url: UrlOption = None) -> None:
-    """Migrate the schema down to REVISION (``base`` drops everything)."""
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(metavar="REVISION", help="base drops everything.")],
+    url: UrlOption = None,
+) -> None:
+    """Migrate the schema down to REVISION (base drops everything)."""
     from queuestore.store.sql.migrations import downgrade
 
     with _reporting():
@@ -254,12 +276,21 @@ def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
 def tasks_list(
     *,
     url: UrlOption = None,
-    status: Annotated[list[str] | None, typer.Option(help="Only these statuses.")] = None,
-    owner: Annotated[str | None, typer.Option(help="Only this owner's tasks.")] = None,
-    name: Annotated[str | None, typer.Option(help="Only tasks of this job.")] = None,
-    context: Annotated[str | None, typer.Option(help="Only tasks of this context id.")] = None,
-    limit: Annotated[int, typer.Option(help="Tasks per page (1..1000).")] = 50,
-    cursor: Annotated[str | None, typer.Option(help="The next page, as a listing gave it.")] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(metavar="STATUS", help="Only this status (repeat it for several)."),
+    ] = None,
+    owner: Annotated[
+        str | None, typer.Option(metavar="OWNER", help="Only this owner's tasks.")
+    ] = None,
+    name: Annotated[str | None, typer.Option(metavar="JOB", help="Only tasks of this job.")] = None,
+    context: Annotated[
+        str | None, typer.Option(metavar="ID", help="Only tasks of this context id.")
+    ] = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="Tasks per page (1..1000).")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(metavar="CURSOR", help="The next page, as a listing gave it.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List tasks, newest first."""
@@ -321,14 +352,19 @@ def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
 
 @tasks.command("deliveries")
 def tasks_deliveries(
-    task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+    task_id: TaskIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """The task's callback deliveries: pending, delivered and dead, oldest first."""
     with _reporting():
         deliveries = _store(url).deliveries(task_id, owner=_owner(owner))
     if as_json:
+        from queuestore.core.views import DeliveryView
+
         _print_json(
-            {"deliveries": [d.model_dump(mode="json", exclude={"task"}) for d in deliveries]}
+            {"deliveries": [DeliveryView.of(d).model_dump(mode="json") for d in deliveries]}
         )
         return
     if not deliveries:
@@ -354,9 +390,10 @@ def tasks_deliveries(
 
 @tasks.command("redeliver")
 def tasks_redeliver(
-    task_id: str,
+    task_id: TaskIdArgument,
     delivery_id: Annotated[
-        int, typer.Argument(help="The dead delivery, as `deliveries` lists it.")
+        int,
+        typer.Argument(metavar="DELIVERY_ID", help="The dead delivery, as deliveries lists it."),
     ],
     url: UrlOption = None,
     owner: OwnerOption = None,
@@ -373,25 +410,35 @@ def _caps_json(caps: Caps) -> dict[str, int | None]:
 
 @tasks.command("show")
 def tasks_show(
-    task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+    task_id: TaskIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Print one task (put -- before an id that starts with -)."""
+    """Print one task: a field a line, or with --json the HTTP API's view of it."""
     with _reporting():
         task = _store(url).get(task_id, owner=_owner(owner))
     if as_json:
         _print_json(_task_json(task))
     else:
-        _console().print_json(task.model_dump_json())
+        from queuestore.ops.presentation import task_details
+
+        _console().print(task_details(task))
 
 
 @tasks.command("watch")
 def tasks_watch(
-    task_ids: Annotated[list[str] | None, typer.Argument(help="Tasks to follow.")] = None,
+    task_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="TASK_ID", help="Tasks to follow.")
+    ] = None,
     url: UrlOption = None,
     owner: OwnerOption = None,
     timeout: Annotated[
         float | None,
-        typer.Option(help="Stop after this many seconds (exit 1 if the IDs are not finished)."),
+        typer.Option(
+            metavar="SECONDS",
+            help="Stop after this many seconds (exit 1 if the tasks are not finished).",
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -479,7 +526,12 @@ def _forget_deleted(store: SqlTaskStore, current: dict[str, Task], view: TaskWat
 
 @tasks.command("cancel")
 def tasks_cancel(
-    task_id: str, url: UrlOption = None, reason: str | None = None, owner: OwnerOption = None
+    task_id: TaskIdArgument,
+    url: UrlOption = None,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Why; it becomes the status message.")
+    ] = None,
+    owner: OwnerOption = None,
 ) -> None:
     """Cancel a task in the store; its worker stops at its next write or heartbeat.
 
@@ -492,35 +544,54 @@ def tasks_cancel(
 
 @tasks.command("submit")
 def tasks_submit(
-    name: Annotated[str, typer.Argument(help="The job to run.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The job to run.")],
     input: Annotated[
-        str, typer.Argument(help="The job's keyword arguments, a JSON object.")
+        str,
+        typer.Argument(
+            metavar="INPUT", help='The job\'s keyword arguments, a JSON object: {"month": "11"}.'
+        ),
     ] = "{}",
     *,
     url: UrlOption = None,
-    owner: Annotated[str | None, typer.Option(help="The task's owner.")] = None,
-    context_id: Annotated[str | None, typer.Option(help="Groups related tasks.")] = None,
+    owner: Annotated[str | None, typer.Option(metavar="OWNER", help="The task's owner.")] = None,
+    context_id: Annotated[
+        str | None, typer.Option(metavar="ID", help="Groups related tasks.")
+    ] = None,
     delay: Annotated[
         str | None,
-        typer.Option(help="Start no earlier than this from now: seconds, or ISO 8601 (PT5M)."),
+        typer.Option(
+            metavar="SECONDS",
+            help="Start no earlier than this from now: seconds (90), or ISO 8601 (PT5M).",
+        ),
     ] = None,
     at: Annotated[
         str | None,
-        typer.Option(help="Start no earlier than this time: ISO 8601 with an offset."),
+        typer.Option(
+            metavar="TIME",
+            help="Start no earlier than this time: ISO 8601 with an offset "
+            "(2026-12-08T02:00:00+01:00, or Z for UTC).",
+        ),
     ] = None,
     unique_key: Annotated[
         str | None,
-        typer.Option(help="While a live task of the owner holds this key, return that task."),
+        typer.Option(
+            metavar="KEY", help="While a live task of the owner holds this key, return that task."
+        ),
     ] = None,
     priority: Annotated[
-        int, typer.Option(min=0, max=9, help="0 (the default) to 9, the most urgent.")
+        int,
+        typer.Option(min=0, max=9, metavar="0-9", help="0 (the default) to 9, the most urgent."),
     ] = 0,
     callback: Annotated[
-        str | None, typer.Option(help="Send the task's status changes to this URL.")
+        str | None,
+        typer.Option(metavar="URL", help="Send the task's status changes to this URL."),
     ] = None,
     callback_events: Annotated[
         Literal["terminal", "all"],
-        typer.Option(help="Which changes the callback gets: the end only, or every status."),
+        typer.Option(
+            metavar="terminal|all",
+            help="Which changes the callback gets: the end only, or every status.",
+        ),
     ] = "terminal",
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
@@ -586,8 +657,10 @@ def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]
 
 @tasks.command("resume")
 def tasks_resume(
-    task_id: str,
-    answer: Annotated[str, typer.Argument(help="The answer: JSON, or else taken as text.")],
+    task_id: TaskIdArgument,
+    answer: Annotated[
+        str, typer.Argument(metavar="ANSWER", help="The answer: JSON, or else taken as text.")
+    ],
     *,
     url: UrlOption = None,
     owner: OwnerOption = None,
@@ -625,12 +698,12 @@ def _celery_app(name: str) -> Any:
 
 @tasks.command("delete")
 def tasks_delete(
-    task_id: str,
+    task_id: TaskIdArgument,
     url: UrlOption = None,
     owner: OwnerOption = None,
     force: Annotated[bool, typer.Option(help="Delete even a live task (its run stops).")] = False,
 ) -> None:
-    """Delete a task and everything stored with it (put -- before an id that starts with -)."""
+    """Delete a task and everything stored with it."""
     with _reporting():
         store = _store(url)
         task = store.get(task_id, owner=_owner(owner))
@@ -676,8 +749,12 @@ def config_reference() -> None:
 @app.command()
 def janitor(
     url: UrlOption = None,
-    ttl: Annotated[float, typer.Option(help="Seconds a terminal task is kept.")] = 86400.0,
-    batch_size: int = 1000,
+    ttl: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Seconds a terminal task is kept.")
+    ] = 86400.0,
+    batch_size: Annotated[
+        int, typer.Option(metavar="N", help="Tasks deleted per transaction.")
+    ] = 1000,
 ) -> None:
     """Delete terminal tasks older than TTL now (beat runs the same on a schedule)."""
     from datetime import timedelta
@@ -694,7 +771,9 @@ def deliver(
     url: UrlOption = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(min=1, help="Calls at once; default QUEUESTORE_DELIVERY_CONCURRENCY."),
+        typer.Option(
+            min=1, metavar="N", help="Calls at once; default QUEUESTORE_DELIVERY_CONCURRENCY."
+        ),
     ] = None,
     new_secret: Annotated[
         bool, typer.Option("--new-secret", help="Print a new signing secret and exit.")
@@ -763,18 +842,23 @@ def demo(
 @app.command()
 def serve(
     url: UrlOption = None,
-    host: Annotated[str | None, typer.Option(help="Address; default QUEUESTORE_HTTP_HOST.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port; default QUEUESTORE_HTTP_PORT.")] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Address; default QUEUESTORE_HTTP_HOST.")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port; default QUEUESTORE_HTTP_PORT.")
+    ] = None,
     queue: Annotated[
         str | None,
         typer.Option(
             "--app",
-            help="MODULE[:NAME] holding the workers' TaskQueue or Celery app; "
+            metavar="MODULE[:NAME]",
+            help="The module holding the workers' TaskQueue or Celery app; "
             "default: one built from the settings.",
         ),
     ] = None,
 ) -> None:
-    """Run the HTTP API and its dashboard (needs the ``http`` extra)."""
+    """Run the HTTP API and its dashboard (needs the http extra)."""
     try:
         from queuestore.http import serve as serve_http
     except ImportError as exc:
@@ -797,8 +881,28 @@ def main(args: Sequence[str] | None = None) -> int:
             sys.stdout.write(exc.format_message() + "\n")
             return 0
         where = f"{context.command_path}: " if context is not None else ""
-        _error_line(f"{where}{exc.format_message()}")
+        given = list(sys.argv[1:] if args is None else args)
+        _error_line(f"{where}{exc.format_message()}{_flag_hint(context, given)}")
         return exc.exit_code
     except typer.Abort:
         return 130
     return int(code or 0)
+
+
+_BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
+def _flag_hint(context: Any, given: list[str]) -> str:
+    """What to do when a flag was given a value (``--json true``): flags take none."""
+    if context is None:
+        return ""
+    flags = {
+        name
+        for param in context.command.params
+        if getattr(param, "is_flag", False)
+        for name in [*param.opts, *param.secondary_opts]
+    }
+    for flag, word in itertools.pairwise(given):
+        if flag in flags and word.lower() in _BOOLEAN_WORDS:
+            return f"; {flag} takes no value: give {flag} alone, or leave it out"
+    return ""

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from queuestore.core.models import Task, TaskStatus
+from queuestore.core.views import TaskView
 
 _STATUS_COLOURS = {
     "completed": "green",
@@ -51,6 +52,72 @@ def task_table(rows: list[Task], title: str | None = None) -> Table:
             _cell(str(sum(len(artifact.parts) for artifact in task.artifacts))),
         )
     return table
+
+
+def task_details(task: Task) -> Table:
+    """One task, a field a line: what the HTTP API shows of it, for people.
+
+    Times are in this machine's local time with their offset; documents
+    (input, result, metadata) are compact JSON, folded to the width.
+    """
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column(overflow="fold")
+    status = Text(task.status.value, style=_STATUS_COLOURS.get(task.status.value, "cyan"))
+    if task.status_message:
+        status.append(f": {task.status_message}", style="")
+    rows: list[tuple[str, str | Text | None]] = [
+        ("id", task.id),
+        ("job", task.name),
+        ("status", status),
+        ("progress", None if task.progress is None else f"{task.progress:.0%}"),
+        ("owner", task.owner),
+        ("context", task.context_id),
+        ("priority", str(task.priority) if task.priority else None),
+        ("unique key", task.unique_key),
+        ("input", _document(task.input)),
+        ("result", None if task.result is None else _document(task.result)),
+        ("error", None if task.error is None else f"{task.error.type}: {task.error.message}"),
+        ("retried", _retried(task)),
+        ("artifacts", _artifacts(task)),
+        ("metadata", _document(task.metadata) if task.metadata else None),
+        ("created", _local(task.created_at)),
+        ("starts", _local(task.run_at) if starts(task) else None),
+        ("started", _local(task.started_at)),
+        ("finished", _local(task.finished_at)),
+        ("kept", None if task.ttl is None else f"{task.ttl.total_seconds():g} s once finished"),
+        ("attempt", str(task.attempt)),
+        ("version", str(task.version)),
+    ]
+    for label, value in rows:
+        if value is not None:
+            table.add_row(label, value)
+    return table
+
+
+def _document(value: object) -> Text:
+    return Text(json.dumps(value, ensure_ascii=False))
+
+
+def _local(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def _retried(task: Task) -> str | None:
+    if not task.errors:
+        return None
+    last = task.errors[-1]
+    return f"{len(task.errors)} runs, the last: {last.type}: {last.message}"
+
+
+def _artifacts(task: Task) -> str | None:
+    if not task.artifacts:
+        return None
+    return "; ".join(
+        f"{artifact.name or artifact.artifact_id} ({len(artifact.parts)} parts"
+        + (f", {artifact.media_type})" if artifact.media_type else ")")
+        for artifact in task.artifacts
+    )
 
 
 def _cell(value: str, style: str = "") -> Text:
@@ -88,8 +155,8 @@ def starts(task: Task) -> str:
 class TaskWatchView:
     """Shows tasks as they change: live bars on a terminal, one line per change otherwise.
 
-    With ``as_json`` each change is one JSON line (the task), and a deletion is
-    ``{"id": ..., "deleted": true}``.
+    With ``as_json`` each change is one JSON line (the task, as the HTTP API
+    shows it), and a deletion is ``{"id": ..., "deleted": true}``.
     """
 
     def __init__(self, console: Console, *, as_json: bool = False) -> None:
@@ -124,7 +191,7 @@ class TaskWatchView:
     def show(self, task: Task) -> None:
         """Show the task's latest state."""
         if self.as_json:
-            self._line({"id": task.id} | task.model_dump(mode="json"))
+            self._line(TaskView.of(task).model_dump(mode="json"))
         elif self._progress is not None:
             self._bar(self._progress, task)
         else:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -54,7 +56,7 @@ def test_tasks_commands_show_list_and_cancel(database_url: str) -> None:
     assert task.id in listed.output
     # Ids may start with "-" (url-safe base64): "--" ends the options.
     shown = runner.invoke(app, ["tasks", "show", "--url", database_url, "--", task.id])
-    assert '"owner": "alice"' in shown.output
+    assert re.search(r"^owner +alice", shown.output, re.MULTILINE)
     cancelled = runner.invoke(app, ["tasks", "cancel", "--url", database_url, "--", task.id])
     assert cancelled.exit_code == 0, cancelled.output
     assert store.get(task.id).status == "cancelled"
@@ -128,7 +130,7 @@ def test_tasks_list_and_show_give_the_start_of_a_scheduled_task(database_url: st
     assert "starts" not in lines[unscheduled.id]
 
     shown = runner.invoke(app, ["tasks", "show", "--url", database_url, "--", later.id])
-    assert '"run_at": "2031-01-02T03:04:05Z"' in shown.output
+    assert re.search(r"^starts +2031-01-02 08:34:05\+05:30", shown.output, re.MULTILINE)
     as_json = runner.invoke(app, ["tasks", "show", "--json", "--url", database_url, "--", later.id])
     assert '"run_at":"2031-01-02T03:04:05Z"' in as_json.output
     store.close()
@@ -302,3 +304,92 @@ def test_deliver_starts_on_a_fresh_home(fresh_home: Path, tmp_path: Path) -> Non
     assert "delivering callbacks" in started, started + rest
     assert "no such table" not in rest
     assert deliver.returncode == 0, rest
+
+
+# -- one voice: plain help, flags, and the HTTP API's view of a task ------------------
+
+
+def command_paths() -> list[list[str]]:
+    """Every command and group of ``queuestore``, as the words that name it."""
+    import typer.main
+
+    found: list[list[str]] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        found.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda path: " ".join(path) or "queuestore")
+def test_help_is_plain_text_with_a_metavar_for_every_value(path: list[str]) -> None:
+    shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+
+    assert shown.exit_code == 0, shown.output
+    assert "`" not in shown.output  # no Markdown or reST markup, printed as it is
+    assert "<bool>" not in shown.output  # a flag takes no value
+    options = [line for line in shown.output.splitlines() if line.lstrip().startswith("-")]
+    for line in options:
+        assert "<" not in line.split("  ")[0], line  # `--url URL`, not `--url <str>`
+
+
+def test_json_is_a_flag_and_a_value_given_to_a_flag_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import typer.main
+
+    from queuestore.ops.cli import main
+
+    jsons = [
+        param
+        for path in command_paths()
+        for param in getattr(_command(typer.main.get_command(app), path), "params", [])
+        if "--json" in param.opts
+    ]
+    assert len(jsons) >= 8
+    assert all(param.is_flag for param in jsons)
+
+    assert main(["tasks", "list", "--json", "true"]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1
+    assert "--json takes no value: give --json alone, or leave it out" in said
+
+
+def _command(root: Any, path: list[str]) -> Any:
+    for name in path:
+        root = root.commands[name]
+    return root
+
+
+def test_show_is_for_people_and_json_is_the_http_api_s_view(database_url: str) -> None:
+    from queuestore.core.views import TaskView
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    store = SqlTaskStore(database_url)
+    task = store.create("cli.asks", {"n": 1}, owner="alice")
+    store.claim(task.id, "worker-1", timedelta(seconds=30))
+    store.update(task.id, status="input_required", status_message="Proceed?")
+    task = store.get(task.id)
+    base = ["--url", database_url, "--", task.id]
+
+    shown = runner.invoke(app, ["tasks", "show", *base])
+    as_json = runner.invoke(app, ["tasks", "show", "--json", *base])
+    listed = runner.invoke(app, ["tasks", "list", "--json", "--url", database_url])
+    watched = runner.invoke(app, ["tasks", "watch", "--json", "--timeout", "0.1", *base])
+
+    assert shown.exit_code == 0, shown.output
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(shown.output)
+    assert re.search(r"^status +input_required: Proceed\?", shown.output, re.MULTILINE)
+    assert "worker-1" not in shown.output
+    api_view = TaskView.of(task).model_dump(mode="json")
+    assert json.loads(as_json.output) == api_view
+    assert json.loads(listed.output)["tasks"] == [api_view]
+    assert json.loads(watched.output.splitlines()[0]) == api_view
+    for hidden in ("answers", "worker_id", "lease_expires_at", "suspends"):
+        assert hidden not in api_view
+    store.close()
