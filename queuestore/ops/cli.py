@@ -233,7 +233,7 @@ def db_upgrade(
     with _reporting():
         store = _schema_store(url)
         store.migrate(revision)
-    _console().print(f"[green]schema at {revision}[/] on {store!r}")
+    _console().print(f"[green]schema at {revision}[/] on {store!r}", soft_wrap=True)
 
 
 @db.command("downgrade")
@@ -248,7 +248,7 @@ def db_downgrade(
         store = _schema_store(url)
         with store.engine.begin() as connection:
             downgrade(connection, revision)
-    _console().print(f"[yellow]schema at {revision}[/] on {store!r}")
+    _console().print(f"[yellow]schema at {revision}[/] on {store!r}", soft_wrap=True)
 
 
 @db.command("current")
@@ -317,9 +317,13 @@ def tasks_list(
         return
     if settings.cursor_secret is None:
         # Each process signs cursors with a random key unless one is configured.
-        _console().print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
+        _console().print(
+            "more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page", soft_wrap=True
+        )
     else:
-        _console().print(f"next page: --cursor {page.next_cursor}", overflow="fold")
+        # On a line of its own and never broken, so that it copies whole.
+        _console().print("more tasks; for the next page add:")
+        _console().print(f"--cursor {page.next_cursor}", soft_wrap=True, highlight=False)
 
 
 @tasks.command("running")
@@ -336,18 +340,9 @@ def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _print_json({"running": rows})
         return
-    from rich.table import Table
+    from queuestore.ops.presentation import running_table
 
-    table = Table("owner", "job", "running", "owner limit", "job limit")
-    for row in rows:
-        table.add_row(
-            "-" if row["owner"] is None else str(row["owner"]),
-            str(row["job"]),
-            str(row["running"]),
-            "-" if row["owner_limit"] is None else str(row["owner_limit"]),
-            "-" if row["job_limit"] is None else str(row["job_limit"]),
-        )
-    _console().print(table if rows else "no task is running")
+    _console().print(running_table(rows) if rows else "no task is running")
 
 
 @tasks.command("deliveries")
@@ -370,22 +365,9 @@ def tasks_deliveries(
     if not deliveries:
         _console().print("no delivery: the task has no callback, or no change it wants yet")
         return
-    from rich.table import Table
+    from queuestore.ops.presentation import delivery_table
 
-    table = Table("id", "status", "state", "tries", "changed", "delivered / next", "error", "url")
-    for delivery in deliveries:
-        when = delivery.delivered_at or delivery.next_try_at
-        table.add_row(
-            str(delivery.id),
-            delivery.status.value,
-            delivery.state.value,
-            str(delivery.tries),
-            delivery.created_at.isoformat(timespec="seconds"),
-            "-" if when is None else when.isoformat(timespec="seconds"),
-            delivery.last_error or "-",
-            delivery.url,
-        )
-    _console().print(table)
+    _console().print(delivery_table(deliveries))
 
 
 @tasks.command("redeliver")
