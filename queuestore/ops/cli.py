@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
     from rich.console import Console
 
     from queuestore.config import Settings
@@ -110,44 +110,17 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 @contextmanager
 def _reporting() -> Iterator[None]:
-    """Turn the library's errors into one line and an exit code."""
+    """Turn the library's errors into one line and an exit code (:mod:`.messages`)."""
     try:
         yield
     except Exception as exc:
-        explained = _explained(exc)
+        # Imported once a command has failed: by then it has imported what this needs.
+        from queuestore.ops.messages import explain
+
+        explained = explain(exc)
         if explained is None:
             raise
         _fail(*explained)
-
-
-def _explained(exc: Exception) -> tuple[str, int] | None:
-    """What to tell the user about ``exc``, and the exit code; None for an error not ours.
-
-    The classes are imported here, once a command has failed: by then it has
-    imported them anyway.
-    """
-    from pydantic import ValidationError
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from queuestore.core.errors import InvalidCursor, InvalidTaskData, QueueStoreError
-
-    if isinstance(exc, ValidationError):
-        return f"invalid configuration: {_first_error(exc)}", 2
-    if isinstance(exc, InvalidTaskData | InvalidCursor):
-        return str(exc), 2
-    if isinstance(exc, QueueStoreError):
-        return str(exc), 1
-    if isinstance(exc, SQLAlchemyError):  # the schema commands use the engine directly
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        return f"database unavailable: {reason}", 1
-    return None
-
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
 
 
 def _settings(url: str | None) -> Settings:
@@ -381,9 +354,28 @@ def tasks_redeliver(
     owner: OwnerOption = None,
 ) -> None:
     """Send a dead delivery again, now (its callback's later ones wait behind it)."""
+    from queuestore.core.errors import TaskNotFound
+
     with _reporting():
-        delivery = _store(url).redeliver(task_id, delivery_id, owner=_owner(owner))
+        store = _store(url)
+        try:
+            delivery = store.redeliver(task_id, delivery_id, owner=_owner(owner))
+        except TaskNotFound:
+            _fail(_why_not_redelivered(store, task_id, delivery_id, _owner(owner)))
     _console().print(f"delivery {delivery.id} of {delivery.task_id} is {delivery.state.value}")
+
+
+def _why_not_redelivered(store: SqlTaskStore, task_id: str, delivery_id: int, owner: Owner) -> str:
+    """Why ``redeliver`` refused, as the store's one answer (not found) does not say."""
+    found = {delivery.id: delivery for delivery in store.deliveries(task_id, owner=owner)}
+    listing = f"queuestore tasks deliveries {task_id} lists them"
+    if delivery_id not in found:
+        return f"task {task_id} has no delivery {delivery_id}; {listing}"
+    state = found[delivery_id].state.value
+    return (
+        f"delivery {delivery_id} of task {task_id} is {state}, not dead: only a dead delivery "
+        f"is sent again ({'it is still being tried' if state == 'pending' else 'it arrived'})"
+    )
 
 
 def _caps_json(caps: Caps) -> dict[str, int | None]:
@@ -519,8 +511,14 @@ def tasks_cancel(
 
     Put -- before an id that starts with -.
     """
+    from queuestore.core.errors import InvalidTransition
+
     with _reporting():
-        task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
+        store = _store(url)
+        try:
+            task = store.cancel(task_id, reason=reason, owner=_owner(owner))
+        except InvalidTransition as exc:
+            _fail(f"task {task_id} is {exc.current} already: only a live task can be cancelled")
     _console().print(f"{task.id} {task.status}")
 
 
@@ -617,23 +615,28 @@ def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]
 
     from queuestore.config import Duration
 
+    example = """, e.g. '{"month": "2026-11"}' (quoted for the shell)"""
     try:
         document = json.loads(input)
     except ValueError as exc:
-        _fail(f"INPUT must be a JSON object: {exc}", 2)
+        _fail(f"INPUT must be a JSON object{example}; {input!r} is not JSON: {exc}", 2)
     if not isinstance(document, dict):
-        _fail("INPUT must be a JSON object", 2)
+        _fail(f"INPUT must be a JSON object of the job's keyword arguments{example}", 2)
+    if delay is not None and at is not None:
+        _fail("give --delay or --at, not both", 2)
     arguments: dict[str, Any] = {"input": document}
     if delay is not None:
         try:
             arguments["delay"] = TypeAdapter(Duration).validate_python(delay)
-        except ValidationError as exc:
-            _fail(f"--delay: {exc.errors()[0]['msg']} (seconds, or ISO 8601 such as PT5M)", 2)
+        except ValidationError:
+            _fail(f"--delay: {delay!r} is not a duration: give seconds (90) or ISO 8601 (PT5M)", 2)
     if at is not None:
         try:
             arguments["run_at"] = datetime.fromisoformat(at)
-        except ValueError as exc:
-            _fail(f"--at: {exc}", 2)
+        except ValueError:
+            _fail(f"--at: {at!r} is not an ISO 8601 time, e.g. 2026-12-08T02:00:00+01:00", 2)
+        if arguments["run_at"].tzinfo is None:
+            _fail(f"--at: {at!r} has no offset: add one, e.g. {at}Z for UTC or {at}+01:00", 2)
     return arguments
 
 
@@ -650,6 +653,7 @@ def tasks_resume(
     celery_app: AppOption = "workers",
 ) -> None:
     """Answer a task waiting for input (input_required) and run its job again."""
+    from queuestore.core.errors import InvalidTransition
     from queuestore.submit.queue import TaskQueue
 
     value: Any = answer
@@ -664,7 +668,13 @@ def tasks_resume(
         queue = TaskQueue(
             store, _celery_app(celery_app), priorities=settings.priorities, limits=settings.limits
         )
-        task = queue.resume(task_id, value, owner=_owner(owner))
+        try:
+            task = queue.resume(task_id, value, owner=_owner(owner))
+        except InvalidTransition as exc:
+            _fail(
+                f"task {task_id} is {exc.current}: only a task waiting for input "
+                "(input_required) takes an answer"
+            )
     _console().print(f"{task.id} {task.status}")
 
 
@@ -864,12 +874,20 @@ def main(args: Sequence[str] | None = None) -> int:
             return 0
         where = f"{context.command_path}: " if context is not None else ""
         given = list(sys.argv[1:] if args is None else args)
-        _error_line(f"{where}{exc.format_message()}{_flag_hint(context, given)}")
+        said = _PYDANTIC_WORDS.sub(lambda match: _PLAIN_WORDS[match[0]], exc.format_message())
+        _error_line(f"{where}{said}{_flag_hint(context, given)}")
         return exc.exit_code
     except typer.Abort:
         return 130
     return int(code or 0)
 
+
+_PLAIN_WORDS = {
+    "Input should be a valid integer, unable to parse string as an integer": "not a whole number",
+    "Input should be a valid number, unable to parse string as a number": "not a number",
+}
+"""What the checks of typer's options say (pydantic's words), as a user would."""
+_PYDANTIC_WORDS = re.compile("|".join(map(re.escape, _PLAIN_WORDS)))
 
 _BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 

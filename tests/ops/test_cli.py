@@ -224,9 +224,9 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
         (["x.y", "[1]"], "INPUT must be a JSON object"),
         (["x.y", "{nope"], "INPUT must be a JSON object"),
         (["x.y", "--delay", "5 minutes"], "--delay:"),
-        (["x.y", "--at", "2031-01-01T00:00:00"], "run_at: must be a timezone-aware datetime"),
-        (["x.y", "--at", "tomorrow"], "--at:"),
-        (["x.y", "--delay", "5", "--at", "2031-01-01T00:00:00Z"], "give run_at or delay"),
+        (["x.y", "--at", "2031-01-01T00:00:00"], "--at: '2031-01-01T00:00:00' has no offset"),
+        (["x.y", "--at", "tomorrow"], "--at: 'tomorrow' is not an ISO 8601 time"),
+        (["x.y", "--delay", "5", "--at", "2031-01-01T00:00:00Z"], "give --delay or --at, not both"),
         (["x.y", "--priority", "10"], "--priority"),
     ],
 )
@@ -392,4 +392,166 @@ def test_show_is_for_people_and_json_is_the_http_api_s_view(database_url: str) -
     assert json.loads(watched.output.splitlines()[0]) == api_view
     for hidden in ("answers", "worker_id", "lease_expires_at", "suspends"):
         assert hidden not in api_view
+    store.close()
+
+
+# -- errors in the user's words -------------------------------------------------------
+
+PYTHON_WORDS = ("Input should", "Signature", "mapping", "Traceback", "timedelta", "pydantic")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "env", "said"),
+    [
+        (["tasks", "list", "--status", "runing"], {}, "--status: unknown status 'runing'; one of"),
+        (["tasks", "list", "--limit", "0"], {}, "--limit: must be an integer from 1 to 1000"),
+        (["tasks", "list", "--cursor", "abc"], {}, "--cursor: this cursor was altered"),
+        (
+            ["tasks", "list"],
+            {"QUEUESTORE_LEASE": "soon"},
+            "QUEUESTORE_LEASE must be seconds (30) or an ISO 8601 duration (PT30S)",
+        ),
+        (
+            ["tasks", "list"],
+            {"QUEUESTORE_OWNER_CONCURRENCY": "many"},
+            "QUEUESTORE_OWNER_CONCURRENCY must be a whole number",
+        ),
+        (["tasks", "list", "--url", "nope"], {}, "(or --url) is not a database URL"),
+        (["tasks", "submit", "bad name"], {}, "NAME: must not contain whitespace"),
+        (["tasks", "submit", "x.y", "--delay", "soon"], {}, "--delay: 'soon' is not a duration"),
+        (
+            ["tasks", "submit", "x.y", "--callback", "http://127.0.0.1/hook"],
+            {},
+            "--callback: callback URL 'http://127.0.0.1/hook' refused: host is a loopback "
+            "address 127.0.0.1; QUEUESTORE_CALLBACK_ALLOW_NETWORKS allows such addresses",
+        ),
+    ],
+)
+def test_a_refusal_names_what_the_user_typed_and_writes_nothing(
+    fresh_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    arguments: list[str],
+    env: dict[str, str],
+    said: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    refused = CliRunner().invoke(app, arguments)
+
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.startswith("queuestore: error: ")
+    assert refused.output.count("\n") == 1
+    assert said in refused.output
+    assert not any(word in refused.output for word in PYTHON_WORDS)
+
+
+def test_a_value_of_the_wrong_kind_for_an_option_says_so_in_plain_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from queuestore.ops.cli import main
+
+    assert main(["tasks", "list", "--limit", "many"]) == 2
+    said = capsys.readouterr().err
+    assert said == "queuestore: error: queuestore tasks list: Invalid value for '--limit': " + (
+        "not a whole number\n"
+    )
+
+
+def test_a_database_without_the_schema_says_to_run_db_upgrade(
+    fresh_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_AUTO_MIGRATE", "false")  # as on PostgreSQL
+
+    refused = CliRunner().invoke(app, ["tasks", "list"])
+
+    assert refused.exit_code == 1
+    assert "no queuestore schema yet; run queuestore db upgrade" in refused.output
+
+
+def test_the_schema_hint_reads_postgresql_s_words_too() -> None:
+    from queuestore.ops.messages import unavailable
+
+    missing = 'database unavailable: relation "queuestore_tasks" does not exist'
+    assert unavailable(missing).endswith("run queuestore db upgrade")
+    no_database = 'database unavailable: database "queuestore" does not exist'
+    assert unavailable(no_database) == no_database
+
+
+@pytest.fixture
+def deliveries(database_url: str) -> Iterator[tuple[str, dict[str, int]]]:
+    """A task whose callback has one delivery in each state: dead, delivered, pending."""
+    from queuestore.store.deliveries import Settlement
+
+    store = SqlTaskStore(database_url)
+    store.migrate()
+    task = store.create("cli.hooked")
+    store.add_callback(task.id, "https://93.184.216.34/hook", events="all")
+    store.claim(task.id, "w", timedelta(seconds=30))
+    store.update(task.id, status="input_required")
+    ids: dict[str, int] = {}
+    for state, settle in (
+        ("dead", Settlement.dead("refused")),
+        ("delivered", Settlement.delivered(200)),
+    ):
+        taken = store.take_deliveries(limit=1)[0].delivery
+        store.settle_delivery(taken, settle)
+        ids[state] = taken.id
+        if state == "dead":
+            store.update(task.id, status="working")
+    store.update(task.id, status="completed")
+    ids["pending"] = max(d.id for d in store.deliveries(task.id))
+    yield task.id, ids
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("which", "said"),
+    [
+        ("pending", "is pending, not dead: only a dead delivery is sent again"),
+        ("delivered", "is delivered, not dead: only a dead delivery is sent again"),
+        ("missing", "has no delivery 999; queuestore tasks deliveries"),
+    ],
+)
+def test_redeliver_says_why_a_delivery_is_not_sent_again(
+    database_url: str, deliveries: tuple[str, dict[str, int]], which: str, said: str
+) -> None:
+    task_id, ids = deliveries
+    delivery_id = ids.get(which, 999)
+
+    refused = CliRunner().invoke(
+        app, ["tasks", "redeliver", "--url", database_url, "--", task_id, str(delivery_id)]
+    )
+
+    assert refused.exit_code == 1
+    assert said in refused.output
+    assert "not found" not in refused.output
+
+
+def test_redeliver_sends_a_dead_delivery_again(
+    database_url: str, deliveries: tuple[str, dict[str, int]]
+) -> None:
+    task_id, ids = deliveries
+
+    sent = CliRunner().invoke(
+        app, ["tasks", "redeliver", "--url", database_url, "--", task_id, str(ids["dead"])]
+    )
+
+    assert sent.exit_code == 0, sent.output
+    assert f"delivery {ids['dead']} of {task_id} is pending" in sent.output
+
+
+def test_cancel_and_resume_say_which_task_they_act_on(database_url: str) -> None:
+    store = SqlTaskStore(database_url)
+    store.migrate()
+    done = store.create("cli.done")
+    store.cancel(done.id)
+    runner = CliRunner()
+
+    cancelled = runner.invoke(app, ["tasks", "cancel", "--url", database_url, "--", done.id])
+    resumed = runner.invoke(app, ["tasks", "resume", "--url", database_url, "--", done.id, "yes"])
+
+    assert cancelled.exit_code == resumed.exit_code == 1
+    assert f"task {done.id} is cancelled already: only a live task can be" in cancelled.output
+    assert "only a task waiting for input (input_required) takes an answer" in resumed.output
     store.close()
