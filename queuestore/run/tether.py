@@ -1,8 +1,9 @@
 """A child process that ends with its parent, however the parent ends.
 
 ``python -m queuestore.run.tether PARENT_PID COMMAND...`` holds itself to
-PARENT_PID, then runs COMMAND in the same process: ``-m MODULE ARGS`` and
-``SCRIPT ARGS`` as ``python`` would, any other program by ``exec``.
+PARENT_PID, then runs COMMAND in the same process: ``-m MODULE ARGS``,
+``-c CODE ARGS`` and ``SCRIPT ARGS`` as ``python`` would, any other program
+by ``exec``.
 :func:`tethered` writes that command line; the demo, the MCP example and the
 benchmarks start their workers, beat and servers through it, so that a
 SIGKILL of the parent (which runs no cleanup) leaves nothing running.
@@ -82,7 +83,7 @@ def _watch(parent: int, grace: float, signal_itself: bool) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    """``PARENT_PID (-m MODULE | SCRIPT | --exec PROGRAM) ARGS...``"""
+    """``PARENT_PID (-m MODULE | -c CODE | SCRIPT | --exec PROGRAM) ARGS...``"""
     if len(argv) < 2 or not argv[0].isdigit():
         raise SystemExit(f"usage: python -m {__name__} PARENT_PID COMMAND...")
     parent, command = int(argv[0]), list(argv[1:])
@@ -95,6 +96,9 @@ def main(argv: Sequence[str]) -> None:
     if command[0] == "-m":
         sys.argv = command[1:]
         runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+    elif command[0] == "-c":
+        sys.argv = ["-c", *command[2:]]
+        exec(compile(command[1], "<string>", "exec"), {"__name__": "__main__"})
     else:
         sys.argv = command
         sys.path[0] = os.path.dirname(os.path.abspath(command[0]))

@@ -36,6 +36,22 @@ def test_a_python_command_runs_in_the_held_process_and_any_other_by_exec() -> No
     assert tethered(["x"], parent=1)[3] == "1"
 
 
+def test_the_held_process_runs_code_and_scripts_as_python_does(tmp_path: Path) -> None:
+    script = tmp_path / "show.py"
+    script.write_text("import sys\nprint(__name__, sys.argv[1:], sys.path[0])\n")
+    code = "import sys; print(__name__, sys.argv)"
+
+    ran_code = subprocess.run(
+        tethered([sys.executable, "-c", code, "a"]), capture_output=True, text=True, check=True
+    )
+    ran_script = subprocess.run(
+        tethered([sys.executable, str(script), "b"]), capture_output=True, text=True, check=True
+    )
+
+    assert ran_code.stdout == "__main__ ['-c', 'a']\n"
+    assert ran_script.stdout == f"__main__ ['b'] {tmp_path}\n"
+
+
 @linux_only
 def test_a_tethered_script_ends_when_its_parent_is_killed(tmp_path: Path, ours: list[int]) -> None:
     script = tmp_path / "sleeper.py"
