@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 
 from queuestore import SqlTaskStore
+from queuestore.run.tether import tethered
 
 HERE = Path(__file__).resolve().parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -77,10 +78,19 @@ def scratch_database(prefix: str, *, migrate: bool = False) -> Iterator[str]:
 def process(
     command: list[str], env: dict[str, str], log: Path, *, cwd: Path = HERE
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own session, its output in ``log``, stopped by its process group."""
+    """A child in its own session, its output in ``log``, stopped by its process group.
+
+    It is tethered to this process: if the benchmark dies without stopping it
+    (an exception past this block, a SIGKILL), the child ends too.
+    """
     with log.open("ab") as out:
         child = subprocess.Popen(
-            command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            tethered(command),
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         yield child

@@ -60,6 +60,8 @@ from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.table import Table
 
+from queuestore.run.tether import tethered
+
 HERE = Path(__file__).resolve().parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_TEMPLATE = "test"
@@ -144,8 +146,9 @@ class Worker:
             if self.pool == "prefork":
                 command.append(f"--concurrency={self.concurrency}")
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        # Tethered: if this script dies (a failed warm-up, a SIGKILL), so does the worker.
         self.process = subprocess.Popen(
-            command,
+            tethered(command),
             cwd=HERE,
             env=env,
             stdout=self.log,

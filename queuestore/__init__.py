@@ -1,46 +1,105 @@
-"""queuestore: a durable task store whose tasks run as Celery jobs."""
+"""queuestore: a durable task store whose tasks run as Celery jobs.
 
-from queuestore.config import Settings
-from queuestore.core.callbacks import (
-    Callback,
-    CallbackEvents,
-    CallbackFormat,
-    CallbackRequest,
-    Delivery,
-    DeliveryState,
-)
-from queuestore.core.concurrency import ConcurrencyLimits
-from queuestore.core.errors import (
-    BrokerUnavailable,
-    CallbackRefused,
-    InvalidCursor,
-    InvalidTaskData,
-    InvalidTransition,
-    LeaseLost,
-    QueueStoreError,
-    StoreUnavailable,
-    TaskConflict,
-    TaskNotFound,
-)
-from queuestore.core.models import (
-    LIVE,
-    TERMINAL,
-    TRANSITIONS,
-    Artifact,
-    Task,
-    TaskError,
-    TaskPage,
-    TaskStatus,
-    new_task_id,
-)
-from queuestore.core.owner import ANY
-from queuestore.core.retries import Retry
-from queuestore.core.urls import UrlPolicy
-from queuestore.push.deliverer import Deliverer, DeliveryPolicy
-from queuestore.push.signing import SigningSecret
-from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
-from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
-from queuestore.submit.queue import TaskQueue
+The public names are imported on first use (PEP 562), so that importing a
+part of the package, such as the ``queuestore`` command, does not pay for
+SQLAlchemy and Celery until it needs them. ``from queuestore import X`` works
+as for any module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from queuestore.config import Settings
+    from queuestore.core.callbacks import (
+        Callback,
+        CallbackEvents,
+        CallbackFormat,
+        CallbackRequest,
+        Delivery,
+        DeliveryState,
+    )
+    from queuestore.core.concurrency import ConcurrencyLimits
+    from queuestore.core.errors import (
+        BrokerUnavailable,
+        CallbackRefused,
+        InvalidCursor,
+        InvalidTaskData,
+        InvalidTransition,
+        LeaseLost,
+        QueueStoreError,
+        StoreUnavailable,
+        TaskConflict,
+        TaskNotFound,
+    )
+    from queuestore.core.models import (
+        LIVE,
+        TERMINAL,
+        TRANSITIONS,
+        Artifact,
+        Task,
+        TaskError,
+        TaskPage,
+        TaskStatus,
+        new_task_id,
+    )
+    from queuestore.core.owner import ANY
+    from queuestore.core.retries import Retry
+    from queuestore.core.urls import UrlPolicy
+    from queuestore.push.deliverer import Deliverer, DeliveryPolicy
+    from queuestore.push.signing import SigningSecret
+    from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
+    from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
+    from queuestore.submit.queue import TaskQueue
+
+_HOMES = {
+    "queuestore.config": ["Settings"],
+    "queuestore.core.callbacks": [
+        "Callback",
+        "CallbackEvents",
+        "CallbackFormat",
+        "CallbackRequest",
+        "Delivery",
+        "DeliveryState",
+    ],
+    "queuestore.core.concurrency": ["ConcurrencyLimits"],
+    "queuestore.core.errors": [
+        "BrokerUnavailable",
+        "CallbackRefused",
+        "InvalidCursor",
+        "InvalidTaskData",
+        "InvalidTransition",
+        "LeaseLost",
+        "QueueStoreError",
+        "StoreUnavailable",
+        "TaskConflict",
+        "TaskNotFound",
+    ],
+    "queuestore.core.models": [
+        "LIVE",
+        "TERMINAL",
+        "TRANSITIONS",
+        "Artifact",
+        "Task",
+        "TaskError",
+        "TaskPage",
+        "TaskStatus",
+        "new_task_id",
+    ],
+    "queuestore.core.owner": ["ANY"],
+    "queuestore.core.retries": ["Retry"],
+    "queuestore.core.urls": ["UrlPolicy"],
+    "queuestore.push.deliverer": ["Deliverer", "DeliveryPolicy"],
+    "queuestore.push.signing": ["SigningSecret"],
+    "queuestore.run.jobs": ["InputRequested", "Job", "JobCancelled", "TaskContext", "job"],
+    "queuestore.store": ["UNSET", "InMemoryTaskStore", "SqlTaskStore", "TaskStore", "make_engine"],
+    "queuestore.submit.queue": ["TaskQueue"],
+}
+"""Where each public name lives: imported from there on first use."""
+
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "ANY",
@@ -88,3 +147,17 @@ __all__ = [
     "make_engine",
     "new_task_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module the first time it is asked for."""
+    home = _HOME_OF.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

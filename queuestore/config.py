@@ -11,23 +11,26 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from celery import Celery
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from queuestore.broker.filesystem import TRANSPORT as FILESYSTEM_TRANSPORT
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.urls import UrlPolicy
 from queuestore.core.validation import DEFAULT_MAX_PAYLOAD_BYTES
-from queuestore.metrics import prepare_multiprocess_dir
-from queuestore.push.deliverer import DeliveryPolicy
-from queuestore.push.signing import SigningSecret
-from queuestore.store.base import TaskStore
-from queuestore.store.sql import SqlTaskStore
-from queuestore.submit.queue import TaskQueue
+
+# What the settings build is imported where it is built: reading the settings
+# (`queuestore tasks list`, `config show`) needs neither Celery nor the SQL store.
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from queuestore.push.deliverer import DeliveryPolicy
+    from queuestore.push.signing import SigningSecret
+    from queuestore.store.base import TaskStore
+    from queuestore.store.sql import SqlTaskStore
+    from queuestore.submit.queue import TaskQueue
 
 EMBEDDED_HOME = Path(".queuestore")
 
@@ -56,6 +59,8 @@ def _json_text(value: Any) -> Any:
 
 
 def _signing_secret(value: SecretStr) -> SecretStr:
+    from queuestore.push.signing import SigningSecret
+
     SigningSecret.parse(value.get_secret_value())  # a ValueError that does not echo the key
     return value
 
@@ -340,6 +345,8 @@ class Settings(BaseSettings):
     @property
     def delivery_policy(self) -> DeliveryPolicy:
         """How deliverers call receivers: the ``delivery_*`` settings."""
+        from queuestore.push.deliverer import DeliveryPolicy
+
         return DeliveryPolicy(
             timeout=self.delivery_timeout,
             backoff=self.delivery_backoff,
@@ -351,10 +358,14 @@ class Settings(BaseSettings):
     @property
     def signing_secrets(self) -> list[SigningSecret]:
         """``webhook_secrets``, parsed."""
+        from queuestore.push.signing import SigningSecret
+
         return [SigningSecret.parse(secret.get_secret_value()) for secret in self.webhook_secrets]
 
     def make_store(self) -> SqlTaskStore:
         """A store on the configured database, migrated first when ``auto_migrate`` says so."""
+        from queuestore.store.sql import SqlTaskStore
+
         # Built from the URL, the store owns its engine: close() releases the pool.
         store = SqlTaskStore(
             self.resolved_database_url,
@@ -380,6 +391,7 @@ class Settings(BaseSettings):
         serves Prometheus metrics when ``metrics_port`` is set.
         """
         from queuestore.core.logs import install_celery_logging
+        from queuestore.metrics import prepare_multiprocess_dir
 
         app.conf.update(self.celery_config())
         app.conf.beat_schedule_filename = str(self.home / "celerybeat-schedule")
@@ -405,6 +417,8 @@ class Settings(BaseSettings):
             store: the store to use; by default :meth:`make_store`.
             beat: also install the janitor, reaper and sweep beat schedule.
         """
+        from queuestore.submit.queue import TaskQueue
+
         queue = TaskQueue(
             store if store is not None else self.make_store(),
             app,
@@ -450,6 +464,8 @@ class Settings(BaseSettings):
         if self.broker_url.startswith("filesystem://"):
             # Kombu's own filesystem transport can hand a consumer a half-written
             # message under concurrent publishers; ours publishes atomically.
+            from queuestore.broker.filesystem import TRANSPORT as FILESYSTEM_TRANSPORT
+
             config["broker_transport"] = FILESYSTEM_TRANSPORT
             config["broker_transport_options"] = self.filesystem_broker_options()
         elif self.priorities:

@@ -4,7 +4,8 @@ It imports nothing else of queuestore. The task and its statuses
 (:mod:`~queuestore.core.models`), the errors, owner scoping, the pagination
 cursor, input validation, the options of a queue, concurrency limits and
 retry policies, the change feed (:mod:`~queuestore.core.watch`), log fields,
-the callback records and the callback URL policy.
+the callback records and the callback URL policy, and the public view of a
+task and of a delivery that every surface shows (:mod:`~queuestore.core.views`).
 """
 
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery

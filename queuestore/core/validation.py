@@ -168,10 +168,27 @@ def json_object(value: object, field: str, max_bytes: int) -> dict[str, JsonValu
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise InvalidTaskData("must be a JSON object", field=field)
+        raise InvalidTaskData(f"must be a JSON object, not {json_kind(value)}", field=field)
     checked = json_value(value if isinstance(value, dict) else dict(value), field, max_bytes)
     assert isinstance(checked, dict)
     return checked
+
+
+def json_kind(value: object) -> str:
+    """What ``value`` is, in JSON's words: "a string", "an array", "a number"..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a Python {type(value).__name__}"
 
 
 def progress(value: object) -> float | None:
@@ -209,7 +226,11 @@ def ttl(value: object) -> timedelta | None:
 def aware(value: object, field: str) -> datetime:
     """A timezone-aware datetime; naive ones are refused rather than guessed."""
     if not isinstance(value, datetime) or value.tzinfo is None:
-        raise InvalidTaskData("must be a timezone-aware datetime", field=field)
+        raise InvalidTaskData(
+            "must be a timezone-aware datetime, such as datetime.now(UTC) or "
+            "datetime(2026, 12, 8, 2, 0, tzinfo=UTC); a naive one is refused, not guessed",
+            field=field,
+        )
     return value
 
 

@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from queuestore import TaskStore
 from queuestore.core.errors import CallbackRefused, InvalidTaskData, TaskConflict, TaskNotFound
 from queuestore.core.models import Task, new_task_id
+from queuestore.core.views import TaskView
 from queuestore.http import idempotency
 from queuestore.http.bodies import JsonRoute
 from queuestore.http.problems import FieldError, ProblemError, responses
-from queuestore.http.schemas import CreateTask, TaskView
+from queuestore.http.schemas import CreateTask
 from queuestore.http.service import Principal, Service, ServiceDep
 from queuestore.http.tasks import check_job_name, submission
 

@@ -29,10 +29,10 @@ from starlette.types import Receive, Scope, Send
 
 from queuestore.core.errors import StoreUnavailable, TaskNotFound
 from queuestore.core.models import Task
+from queuestore.core.views import TaskView
 from queuestore.core.watch import AsyncWatch
 from queuestore.http.auth import named
 from queuestore.http.problems import ProblemError, responses
-from queuestore.http.schemas import TaskView
 from queuestore.http.service import Principal, Service, ServiceDep
 
 router = APIRouter(tags=["events"])

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, sta
 from queuestore.core.errors import TaskConflict, TaskNotFound
 from queuestore.core.models import TASK_ID_PATTERN, TaskStatus, new_task_id
 from queuestore.core.validation import NAME_PATTERN
+from queuestore.core.views import DeliveryView, TaskView
 from queuestore.http import idempotency
 from queuestore.http.auth import named
 from queuestore.http.bodies import JsonRoute
@@ -26,13 +27,11 @@ from queuestore.http.schemas import (
     CancelTask,
     CreateTask,
     DeliveryList,
-    DeliveryView,
     Instant,
     JobRunning,
     ResumeTask,
     Running,
     TaskList,
-    TaskView,
 )
 from queuestore.http.service import Principal, Service, ServiceDep
 

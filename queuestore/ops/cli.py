@@ -8,117 +8,142 @@ is one line on stderr and a non-zero exit (2: bad usage or configuration,
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
-import logging
-import signal
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
-from pydantic import TypeAdapter, ValidationError
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
 
-from queuestore.beat.janitor import run_janitor
-from queuestore.config import Duration, Settings
-from queuestore.core.callbacks import CallbackEvents, CallbackFormat, CallbackRequest
-from queuestore.core.concurrency import Caps
-from queuestore.core.errors import (
-    InvalidCursor,
-    InvalidTaskData,
-    InvalidTransition,
-    QueueStoreError,
-    TaskNotFound,
-)
-from queuestore.core.logs import setup as setup_logging
-from queuestore.core.models import LIVE, Task, TaskStatus
-from queuestore.core.owner import ANY, Owner
-from queuestore.core.watch import Watch
-from queuestore.ops.presentation import TaskWatchView, task_table
-from queuestore.push.signing import SigningSecret
-from queuestore.store.sql import SqlTaskStore
+if TYPE_CHECKING:
+    from rich.console import Console
 
+    from queuestore.config import Settings
+    from queuestore.core.concurrency import Caps
+    from queuestore.core.models import Task, TaskStatus
+    from queuestore.core.owner import Owner
+    from queuestore.core.watch import Watch
+    from queuestore.ops.presentation import TaskWatchView
+    from queuestore.store.sql import SqlTaskStore
+
+# Only typer and the standard library at the top: each command imports what it
+# needs, so that `--help` and a usage error do not wait for SQLAlchemy and Celery
+# (tests/ops/test_cli_startup.py keeps it so; bench/cli_startup.py times it).
+
+# Plain help, as click prints it: Typer's rich panels would cost `--help` a third of a
+# second of imports (markdown-it, pygments), and show `<bool>` beside every flag.
 app = typer.Typer(
     help="A durable task store whose tasks run as Celery jobs.",
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    no_args_is_help=True,
 )
-db = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
+db = typer.Typer(help="Manage the database schema.", rich_markup_mode=None, no_args_is_help=True)
 tasks = typer.Typer(
-    help="Submit, inspect, watch, answer, cancel and delete tasks.", no_args_is_help=True
+    help="Submit, inspect, watch, answer, cancel and delete tasks.",
+    rich_markup_mode=None,
+    no_args_is_help=True,
 )
-config = typer.Typer(help="Show the settings and their reference.", no_args_is_help=True)
+config = typer.Typer(
+    help="Show the settings and their reference.", rich_markup_mode=None, no_args_is_help=True
+)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
 app.add_typer(config, name="config")
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)
+
+@functools.cache
+def _console() -> Console:
+    """The console commands print to: standard output, its width read at each print."""
+    from rich.console import Console
+
+    return Console()
+
 
 _CELERY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
+# Help is plain text, as it prints: no Markdown or reST markup. Every value an
+# option takes has a metavar in capitals, as docs/reference/cli.md writes it.
 UrlOption = Annotated[
     str | None,
-    typer.Option("--url", help="Database URL; default: QUEUESTORE_DATABASE_URL or embedded."),
+    typer.Option(
+        "--url", metavar="URL", help="Database URL; default: QUEUESTORE_DATABASE_URL or embedded."
+    ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON for scripts, as the HTTP API shows it.")
+]
 OwnerOption = Annotated[
-    str | None, typer.Option(help="Act as this owner (default: every owner, as an operator).")
+    str | None,
+    typer.Option(metavar="OWNER", help="Act as this owner (default: every owner, as an operator)."),
 ]
 AppOption = Annotated[
     str,
     typer.Option(
         "--app",
         "-A",
-        help="The Celery app: a module (its `app`) or module:attribute. Default: the package's.",
+        metavar="MODULE",
+        help="The Celery app: a module (its app) or module:attribute. Default: the package's.",
     ),
 ]
+TaskIdArgument = Annotated[
+    str,
+    typer.Argument(metavar="TASK_ID", help="The task; put -- before an id that starts with -."),
+]
+
+
+def _error_line(message: str) -> None:
+    sys.stderr.write(f"queuestore: error: {' '.join(message.split())}\n")
+    sys.stderr.flush()
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr, then exit with ``code``."""
-    errors.print(f"queuestore: error: {' '.join(message.split())}", markup=False, highlight=False)
+    _error_line(message)
     raise typer.Exit(code)
 
 
 @contextmanager
 def _reporting() -> Iterator[None]:
-    """Turn the library's errors into one line and an exit code."""
+    """Turn the library's errors into one line and an exit code (:mod:`.messages`)."""
     try:
         yield
-    except ValidationError as exc:
-        _fail(f"invalid configuration: {_first_error(exc)}", 2)
-    except (InvalidTaskData, InvalidCursor) as exc:
-        _fail(str(exc), 2)
-    except QueueStoreError as exc:
-        _fail(str(exc), 1)
-    except SQLAlchemyError as exc:  # the schema commands use the engine directly
-        _fail(f"database unavailable: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}", 1)
+    except Exception as exc:
+        # Imported once a command has failed: by then it has imported what this needs.
+        from queuestore.ops.messages import explain
 
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
+        explained = explain(exc)
+        if explained is None:
+            raise
+        _fail(*explained)
 
 
 def _settings(url: str | None) -> Settings:
+    from queuestore.config import Settings
+
     settings = Settings()
     return settings if url is None else settings.model_copy(update={"database_url": url})
 
 
 def _store(url: str | None) -> SqlTaskStore:
-    settings = _settings(url).model_copy(update={"auto_migrate": False})
-    return settings.make_store()
+    """The store the settings give, migrated first as they say (the embedded SQLite file:
+    yes), so that every command works on a fresh ``QUEUESTORE_HOME``."""
+    return _settings(url).make_store()
+
+
+def _schema_store(url: str | None) -> SqlTaskStore:
+    """The store, never migrated: for the commands that manage the schema."""
+    return _settings(url).model_copy(update={"auto_migrate": False}).make_store()
 
 
 def _owner(owner: str | None) -> Owner:
+    from queuestore.core.owner import ANY
+
     return ANY if owner is None else owner
 
 
@@ -128,7 +153,10 @@ def _print_json(document: Any) -> None:
 
 
 def _task_json(task: Task) -> dict[str, Any]:
-    return task.model_dump(mode="json")
+    """The task as the HTTP API shows it: what a caller can act on, no worker bookkeeping."""
+    from queuestore.core.views import TaskView
+
+    return TaskView.of(task).model_dump(mode="json")
 
 
 # -- workers and beat ---------------------------------------------------------
@@ -138,8 +166,8 @@ def _task_json(task: Task) -> dict[str, Any]:
 def worker(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
     """Start a Celery worker that runs the app's jobs.
 
-    Other options go to `celery worker`, e.g. `queuestore worker --concurrency 2 -Q reports`
-    (or after `--`). Settings come from QUEUESTORE_* variables.
+    Other options go to celery worker, e.g. queuestore worker --concurrency 2 -Q reports
+    (or after --). Settings come from QUEUESTORE_* variables.
     """
     raise typer.Exit(_celery("worker", celery_app, ctx.args))
 
@@ -148,14 +176,14 @@ def worker(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
 def beat(ctx: typer.Context, celery_app: AppOption = "workers") -> None:
     """Start Celery beat: the janitor, reaper and sweep. Run exactly one.
 
-    Other options go to `celery beat`, e.g. `--schedule /var/lib/queuestore/schedule`.
+    Other options go to celery beat, e.g. --schedule /var/lib/queuestore/schedule.
     """
     raise typer.Exit(_celery("beat", celery_app, ctx.args))
 
 
 def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
     with _reporting():
-        settings = Settings()
+        settings = _settings(None)
     celery_app = _celery_app(name)
     argv = [command, *arguments]
     if not any(arg in {"-l", "--loglevel"} or arg.startswith("--loglevel=") for arg in arguments):
@@ -170,24 +198,30 @@ def _celery(command: str, name: str, arguments: Sequence[str]) -> int:
 
 
 @db.command("upgrade")
-def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
+def db_upgrade(
+    url: UrlOption = None,
+    revision: Annotated[str, typer.Option(metavar="REV", help="The revision to reach.")] = "head",
+) -> None:
     """Create or migrate the schema to the newest revision."""
     with _reporting():
-        store = _store(url)
+        store = _schema_store(url)
         store.migrate(revision)
-    console.print(f"[green]schema at {revision}[/] on {store!r}")
+    _console().print(f"[green]schema at {revision}[/] on {store!r}", soft_wrap=True)
 
 
 @db.command("downgrade")
-def db_downgrade(revision: str, url: UrlOption = None) -> None:
-    """Migrate the schema down to REVISION (``base`` drops everything)."""
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(metavar="REVISION", help="base drops everything.")],
+    url: UrlOption = None,
+) -> None:
+    """Migrate the schema down to REVISION (base drops everything)."""
     from queuestore.store.sql.migrations import downgrade
 
     with _reporting():
-        store = _store(url)
+        store = _schema_store(url)
         with store.engine.begin() as connection:
             downgrade(connection, revision)
-    console.print(f"[yellow]schema at {revision}[/] on {store!r}")
+    _console().print(f"[yellow]schema at {revision}[/] on {store!r}", soft_wrap=True)
 
 
 @db.command("current")
@@ -198,14 +232,14 @@ def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
     from queuestore.store.sql.migrations import VERSION_TABLE
 
     with _reporting():
-        store = _store(url)
+        store = _schema_store(url)
         with store.engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
             revision = context.get_current_revision()
     if as_json:
         _print_json({"revision": revision})
     else:
-        console.print(revision or "none")
+        _console().print(revision or "none")
 
 
 # -- tasks --------------------------------------------------------------------
@@ -215,15 +249,26 @@ def db_current(url: UrlOption = None, as_json: JsonOption = False) -> None:
 def tasks_list(
     *,
     url: UrlOption = None,
-    status: Annotated[list[str] | None, typer.Option(help="Only these statuses.")] = None,
-    owner: Annotated[str | None, typer.Option(help="Only this owner's tasks.")] = None,
-    name: Annotated[str | None, typer.Option(help="Only tasks of this job.")] = None,
-    context: Annotated[str | None, typer.Option(help="Only tasks of this context id.")] = None,
-    limit: Annotated[int, typer.Option(help="Tasks per page (1..1000).")] = 50,
-    cursor: Annotated[str | None, typer.Option(help="The next page, as a listing gave it.")] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(metavar="STATUS", help="Only this status (repeat it for several)."),
+    ] = None,
+    owner: Annotated[
+        str | None, typer.Option(metavar="OWNER", help="Only this owner's tasks.")
+    ] = None,
+    name: Annotated[str | None, typer.Option(metavar="JOB", help="Only tasks of this job.")] = None,
+    context: Annotated[
+        str | None, typer.Option(metavar="ID", help="Only tasks of this context id.")
+    ] = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="Tasks per page (1..1000).")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(metavar="CURSOR", help="The next page, as a listing gave it.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List tasks, newest first."""
+    from queuestore.ops.presentation import task_table
+
     with _reporting():
         settings = _settings(url)
         page = _store(url).list(
@@ -237,14 +282,21 @@ def tasks_list(
     if as_json:
         _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
         return
-    console.print(task_table(page.tasks))
+    if not page.tasks:
+        _console().print("no tasks" if cursor is None else "no more tasks")
+        return
+    _console().print(task_table(page.tasks))
     if page.next_cursor is None:
         return
     if settings.cursor_secret is None:
         # Each process signs cursors with a random key unless one is configured.
-        console.print("more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page")
+        _console().print(
+            "more tasks: raise --limit, or set QUEUESTORE_CURSOR_SECRET to page", soft_wrap=True
+        )
     else:
-        console.print(f"next page: --cursor {page.next_cursor}", overflow="fold")
+        # On a line of its own and never broken, so that it copies whole.
+        _console().print("more tasks; for the next page add:")
+        _console().print(f"--cursor {page.next_cursor}", soft_wrap=True, highlight=False)
 
 
 @tasks.command("running")
@@ -261,62 +313,69 @@ def tasks_running(url: UrlOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _print_json({"running": rows})
         return
-    table = Table("owner", "job", "running", "owner limit", "job limit")
-    for row in rows:
-        table.add_row(
-            "-" if row["owner"] is None else str(row["owner"]),
-            str(row["job"]),
-            str(row["running"]),
-            "-" if row["owner_limit"] is None else str(row["owner_limit"]),
-            "-" if row["job_limit"] is None else str(row["job_limit"]),
-        )
-    console.print(table if rows else "no task is running")
+    from queuestore.ops.presentation import running_table
+
+    _console().print(running_table(rows) if rows else "no task is running")
 
 
 @tasks.command("deliveries")
 def tasks_deliveries(
-    task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+    task_id: TaskIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """The task's callback deliveries: pending, delivered and dead, oldest first."""
     with _reporting():
         deliveries = _store(url).deliveries(task_id, owner=_owner(owner))
     if as_json:
+        from queuestore.core.views import DeliveryView
+
         _print_json(
-            {"deliveries": [d.model_dump(mode="json", exclude={"task"}) for d in deliveries]}
+            {"deliveries": [DeliveryView.of(d).model_dump(mode="json") for d in deliveries]}
         )
         return
     if not deliveries:
-        console.print("no delivery: the task has no callback, or no change it wants yet")
+        _console().print("no delivery: the task has no callback, or no change it wants yet")
         return
-    table = Table("id", "status", "state", "tries", "changed", "delivered / next", "error", "url")
-    for delivery in deliveries:
-        when = delivery.delivered_at or delivery.next_try_at
-        table.add_row(
-            str(delivery.id),
-            delivery.status.value,
-            delivery.state.value,
-            str(delivery.tries),
-            delivery.created_at.isoformat(timespec="seconds"),
-            "-" if when is None else when.isoformat(timespec="seconds"),
-            delivery.last_error or "-",
-            delivery.url,
-        )
-    console.print(table)
+    from queuestore.ops.presentation import delivery_table
+
+    _console().print(delivery_table(deliveries))
 
 
 @tasks.command("redeliver")
 def tasks_redeliver(
-    task_id: str,
+    task_id: TaskIdArgument,
     delivery_id: Annotated[
-        int, typer.Argument(help="The dead delivery, as `deliveries` lists it.")
+        int,
+        typer.Argument(metavar="DELIVERY_ID", help="The dead delivery, as deliveries lists it."),
     ],
     url: UrlOption = None,
     owner: OwnerOption = None,
 ) -> None:
     """Send a dead delivery again, now (its callback's later ones wait behind it)."""
+    from queuestore.core.errors import TaskNotFound
+
     with _reporting():
-        delivery = _store(url).redeliver(task_id, delivery_id, owner=_owner(owner))
-    console.print(f"delivery {delivery.id} of {delivery.task_id} is {delivery.state.value}")
+        store = _store(url)
+        try:
+            delivery = store.redeliver(task_id, delivery_id, owner=_owner(owner))
+        except TaskNotFound:
+            _fail(_why_not_redelivered(store, task_id, delivery_id, _owner(owner)))
+    _console().print(f"delivery {delivery.id} of {delivery.task_id} is {delivery.state.value}")
+
+
+def _why_not_redelivered(store: SqlTaskStore, task_id: str, delivery_id: int, owner: Owner) -> str:
+    """Why ``redeliver`` refused, as the store's one answer (not found) does not say."""
+    found = {delivery.id: delivery for delivery in store.deliveries(task_id, owner=owner)}
+    listing = f"queuestore tasks deliveries {task_id} lists them"
+    if delivery_id not in found:
+        return f"task {task_id} has no delivery {delivery_id}; {listing}"
+    state = found[delivery_id].state.value
+    return (
+        f"delivery {delivery_id} of task {task_id} is {state}, not dead: only a dead delivery "
+        f"is sent again ({'it is still being tried' if state == 'pending' else 'it arrived'})"
+    )
 
 
 def _caps_json(caps: Caps) -> dict[str, int | None]:
@@ -325,30 +384,43 @@ def _caps_json(caps: Caps) -> dict[str, int | None]:
 
 @tasks.command("show")
 def tasks_show(
-    task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+    task_id: TaskIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Print one task (put -- before an id that starts with -)."""
+    """Print one task: a field a line, or with --json the HTTP API's view of it."""
     with _reporting():
         task = _store(url).get(task_id, owner=_owner(owner))
     if as_json:
         _print_json(_task_json(task))
     else:
-        console.print_json(task.model_dump_json())
+        from queuestore.ops.presentation import task_details
+
+        _console().print(task_details(task))
 
 
 @tasks.command("watch")
 def tasks_watch(
-    task_ids: Annotated[list[str] | None, typer.Argument(help="Tasks to follow.")] = None,
+    task_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="TASK_ID", help="Tasks to follow.")
+    ] = None,
     *,
     url: UrlOption = None,
     owner: OwnerOption = None,
     timeout: Annotated[
         float | None,
-        typer.Option(help="Stop after this many seconds (exit 1 if the IDs are not finished)."),
+        typer.Option(
+            metavar="SECONDS",
+            help="Stop after this many seconds (exit 1 if the tasks are not finished).",
+        ),
     ] = None,
     until: Annotated[
-        list[TaskStatus] | None,
-        typer.Option(help="Also stop once every task is in one of these live statuses."),
+        list[str] | None,
+        typer.Option(
+            metavar="STATUS",
+            help="Also stop once every task is in one of these live statuses.",
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -358,9 +430,11 @@ def tasks_watch(
     Ctrl-C or --timeout. Changes arrive from the store's change feed
     (LISTEN/NOTIFY on PostgreSQL); --json prints one JSON line per change.
     """
+    from queuestore.core.models import LIVE
+
     if timeout is not None and timeout <= 0:
         _fail("--timeout must be more than 0 seconds", 2)
-    stops = frozenset(until or ())
+    stops = _statuses(until or [], "--until")
     if stops and not task_ids:
         _fail("--until needs the TASK_IDs to follow", 2)
     if stops - LIVE:
@@ -397,8 +471,10 @@ def _follow(
 ) -> bool:
     """Show changes until the followed tasks are terminal or in ``stops``; False when
     ``timeout`` ran out."""
+    from queuestore.ops.presentation import TaskWatchView
+
     deadline = None if timeout is None else time.monotonic() + timeout
-    view = TaskWatchView(console, as_json=as_json)
+    view = TaskWatchView(_console(), as_json=as_json)
     with view:
         for task in current.values():
             view.show(task)
@@ -429,6 +505,8 @@ def _follow(
 
 def _forget_deleted(store: SqlTaskStore, current: dict[str, Task], view: TaskWatchView) -> None:
     """Stop following tasks deleted meanwhile (the feed does not deliver deletions)."""
+    from queuestore.core.errors import TaskNotFound
+
     for task_id, task in list(current.items()):
         if task.is_terminal:
             continue
@@ -441,55 +519,79 @@ def _forget_deleted(store: SqlTaskStore, current: dict[str, Task], view: TaskWat
 
 @tasks.command("cancel")
 def tasks_cancel(
-    task_id: str, url: UrlOption = None, reason: str | None = None, owner: OwnerOption = None
+    task_id: TaskIdArgument,
+    url: UrlOption = None,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Why; it becomes the status message.")
+    ] = None,
+    owner: OwnerOption = None,
 ) -> None:
     """Cancel a task in the store; its worker stops at its next write or heartbeat.
 
     Put -- before an id that starts with -.
     """
+    from queuestore.core.errors import InvalidTransition
+
     with _reporting():
+        store = _store(url)
         try:
-            task = _store(url).cancel(task_id, reason=reason, owner=_owner(owner))
+            task = store.cancel(task_id, reason=reason, owner=_owner(owner))
         except InvalidTransition as exc:
-            _fail(
-                f"task {task_id} has already finished ({exc.current}): "
-                "only a live task can be cancelled"
-            )
-    console.print(f"{task.id} {task.status}")
+            _fail(f"task {task_id} is {exc.current} already: only a live task can be cancelled")
+    _console().print(f"{task.id} {task.status}")
 
 
 @tasks.command("submit")
 def tasks_submit(
-    name: Annotated[str, typer.Argument(help="The job to run.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The job to run.")],
     input: Annotated[
-        str, typer.Argument(help="The job's keyword arguments, a JSON object.")
+        str,
+        typer.Argument(
+            metavar="INPUT", help='The job\'s keyword arguments, a JSON object: {"month": "11"}.'
+        ),
     ] = "{}",
     *,
     url: UrlOption = None,
-    owner: Annotated[str | None, typer.Option(help="The task's owner.")] = None,
-    context_id: Annotated[str | None, typer.Option(help="Groups related tasks.")] = None,
+    owner: Annotated[str | None, typer.Option(metavar="OWNER", help="The task's owner.")] = None,
+    context_id: Annotated[
+        str | None, typer.Option(metavar="ID", help="Groups related tasks.")
+    ] = None,
     delay: Annotated[
         str | None,
-        typer.Option(help="Start no earlier than this from now: seconds, or ISO 8601 (PT5M)."),
+        typer.Option(
+            metavar="SECONDS",
+            help="Start no earlier than this from now: seconds (90), or ISO 8601 (PT5M).",
+        ),
     ] = None,
     at: Annotated[
         str | None,
-        typer.Option(help="Start no earlier than this time: ISO 8601 with an offset."),
+        typer.Option(
+            metavar="TIME",
+            help="Start no earlier than this time: ISO 8601 with an offset "
+            "(2026-12-08T02:00:00+01:00, or Z for UTC).",
+        ),
     ] = None,
     unique_key: Annotated[
         str | None,
-        typer.Option(help="While a live task of the owner holds this key, return that task."),
+        typer.Option(
+            metavar="KEY", help="While a live task of the owner holds this key, return that task."
+        ),
     ] = None,
     priority: Annotated[
-        int, typer.Option(min=0, max=9, help="0 (the default) to 9, the most urgent.")
+        int,
+        typer.Option(min=0, max=9, metavar="0-9", help="0 (the default) to 9, the most urgent."),
     ] = 0,
     callback: Annotated[
-        str | None, typer.Option(help="Send the task's status changes to this URL.")
+        str | None,
+        typer.Option(metavar="URL", help="Send the task's status changes to this URL."),
     ] = None,
     callback_events: Annotated[
-        CallbackEvents,
-        typer.Option(help="Which changes the callback gets: the end only, or every status."),
-    ] = CallbackEvents.TERMINAL,
+        Literal["terminal", "all"],
+        typer.Option(
+            metavar="terminal|all",
+            help="Which changes the callback gets: the end only, or every status.",
+        ),
+    ] = "terminal",
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
@@ -497,11 +599,12 @@ def tasks_submit(
 
     A job the app does not register is refused, as the HTTP API refuses it.
     """
+    from queuestore.core.callbacks import CallbackEvents, CallbackRequest
     from queuestore.submit.queue import TaskQueue
 
     arguments = _submission(input, delay, at)
     with _reporting():
-        settings = _settings(url).model_copy(update={"auto_migrate": False})
+        settings = _settings(url)
         queue = TaskQueue(
             settings.make_store(),
             _celery_app(celery_app),
@@ -517,14 +620,14 @@ def tasks_submit(
             priority=priority,
             callback=None
             if callback is None
-            else CallbackRequest(url=callback, events=callback_events),
+            else CallbackRequest(url=callback, events=CallbackEvents(callback_events)),
             **arguments,
         )
     if as_json:
         _print_json(_task_json(task))
     else:
         starts = f" (starts {task.run_at.isoformat()})" if task.run_at is not None else ""
-        console.print(f"{task.id} {task.status}{starts}")
+        _console().print(f"{task.id} {task.status}{starts}")
 
 
 def _check_job_name(queue: Any, name: str, celery_app: str) -> None:
@@ -535,32 +638,56 @@ def _check_job_name(queue: Any, name: str, celery_app: str) -> None:
         _fail(f"no job named {name!r} in {celery_app!r}; known: {', '.join(known[:50])}{more}", 2)
 
 
+def _statuses(values: list[str], option: str) -> frozenset[TaskStatus]:
+    """The statuses an option names; a usage error naming the option when one is not."""
+    from queuestore.core.models import TaskStatus
+
+    known = {status.value: status for status in TaskStatus}
+    unknown = [value for value in values if value not in known]
+    if unknown:
+        _fail(f"{option}: no status {unknown[0]!r}; one of {', '.join(known)}", 2)
+    return frozenset(known[value] for value in values)
+
+
 def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]:
     """``submit``'s input and start from the command's texts; a usage error when bad."""
+    from datetime import datetime
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from queuestore.config import Duration
+
+    example = """, e.g. '{"month": "2026-11"}' (quoted for the shell)"""
     try:
         document = json.loads(input)
     except ValueError as exc:
-        _fail(f"INPUT must be a JSON object: {exc}", 2)
+        _fail(f"INPUT must be a JSON object{example}; {input!r} is not JSON: {exc}", 2)
     if not isinstance(document, dict):
-        _fail("INPUT must be a JSON object", 2)
+        _fail(f"INPUT must be a JSON object of the job's keyword arguments{example}", 2)
+    if delay is not None and at is not None:
+        _fail("give --delay or --at, not both", 2)
     arguments: dict[str, Any] = {"input": document}
     if delay is not None:
         try:
             arguments["delay"] = TypeAdapter(Duration).validate_python(delay)
-        except ValidationError as exc:
-            _fail(f"--delay: {exc.errors()[0]['msg']} (seconds, or ISO 8601 such as PT5M)", 2)
+        except ValidationError:
+            _fail(f"--delay: {delay!r} is not a duration: give seconds (90) or ISO 8601 (PT5M)", 2)
     if at is not None:
         try:
             arguments["run_at"] = datetime.fromisoformat(at)
-        except ValueError as exc:
-            _fail(f"--at: {exc}", 2)
+        except ValueError:
+            _fail(f"--at: {at!r} is not an ISO 8601 time, e.g. 2026-12-08T02:00:00+01:00", 2)
+        if arguments["run_at"].tzinfo is None:
+            _fail(f"--at: {at!r} has no offset: add one, e.g. {at}Z for UTC or {at}+01:00", 2)
     return arguments
 
 
 @tasks.command("resume")
 def tasks_resume(
-    task_id: str,
-    answer: Annotated[str, typer.Argument(help="The answer: JSON, or else taken as text.")],
+    task_id: TaskIdArgument,
+    answer: Annotated[
+        str, typer.Argument(metavar="ANSWER", help="The answer: JSON, or else taken as text.")
+    ],
     *,
     url: UrlOption = None,
     owner: OwnerOption = None,
@@ -568,6 +695,7 @@ def tasks_resume(
     celery_app: AppOption = "workers",
 ) -> None:
     """Answer a task waiting for input (input_required) and run its job again."""
+    from queuestore.core.errors import InvalidTransition
     from queuestore.submit.queue import TaskQueue
 
     value: Any = answer
@@ -577,7 +705,7 @@ def tasks_resume(
         except ValueError:
             value = answer
     with _reporting():
-        settings = _settings(url).model_copy(update={"auto_migrate": False})
+        settings = _settings(url)
         store = settings.make_store()
         queue = TaskQueue(
             store, _celery_app(celery_app), priorities=settings.priorities, limits=settings.limits
@@ -586,10 +714,10 @@ def tasks_resume(
             task = queue.resume(task_id, value, owner=_owner(owner))
         except InvalidTransition as exc:
             _fail(
-                f"task {task_id} is {exc.current}, not waiting for an answer "
-                "(input_required): nothing to resume"
+                f"task {task_id} is {exc.current}: only a task waiting for input "
+                "(input_required) takes an answer"
             )
-    console.print(f"{task.id} {task.status}")
+    _console().print(f"{task.id} {task.status}")
 
 
 def _celery_app(name: str) -> Any:
@@ -604,19 +732,19 @@ def _celery_app(name: str) -> Any:
 
 @tasks.command("delete")
 def tasks_delete(
-    task_id: str,
+    task_id: TaskIdArgument,
     url: UrlOption = None,
     owner: OwnerOption = None,
     force: Annotated[bool, typer.Option(help="Delete even a live task (its run stops).")] = False,
 ) -> None:
-    """Delete a task and everything stored with it (put -- before an id that starts with -)."""
+    """Delete a task and everything stored with it."""
     with _reporting():
         store = _store(url)
         task = store.get(task_id, owner=_owner(owner))
         if not task.is_terminal and not force:
             _fail(f"task {task.id} is {task.status}; cancel it first, or pass --force", 1)
         store.delete(task_id, owner=_owner(owner))
-    console.print(f"{task.id} deleted")
+    _console().print(f"{task.id} deleted")
 
 
 # -- settings -------------------------------------------------------------------
@@ -628,7 +756,7 @@ def config_show(as_json: JsonOption = False) -> None:
     from queuestore.ops.reference import effective_settings
 
     with _reporting():
-        values = effective_settings(Settings())
+        values = effective_settings(_settings(None))
     if as_json:
         _print_json(values)
         return
@@ -636,7 +764,7 @@ def config_show(as_json: JsonOption = False) -> None:
         shown = (
             "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
         )
-        console.print(
+        _console().print(
             f"QUEUESTORE_{name.upper()}={shown}", markup=False, highlight=False, soft_wrap=True
         )
 
@@ -655,13 +783,21 @@ def config_reference() -> None:
 @app.command()
 def janitor(
     url: UrlOption = None,
-    ttl: Annotated[float, typer.Option(help="Seconds a terminal task is kept.")] = 86400.0,
-    batch_size: int = 1000,
+    ttl: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Seconds a terminal task is kept.")
+    ] = 86400.0,
+    batch_size: Annotated[
+        int, typer.Option(metavar="N", help="Tasks deleted per transaction.")
+    ] = 1000,
 ) -> None:
     """Delete terminal tasks older than TTL now (beat runs the same on a schedule)."""
+    from datetime import timedelta
+
+    from queuestore.beat.janitor import run_janitor
+
     with _reporting():
         removed = run_janitor(_store(url), timedelta(seconds=ttl), batch_size=batch_size)
-    console.print(f"removed {removed} expired tasks")
+    _console().print(f"removed {removed} expired tasks")
 
 
 @app.command()
@@ -669,7 +805,9 @@ def deliver(
     url: UrlOption = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(min=1, help="Calls at once; default QUEUESTORE_DELIVERY_CONCURRENCY."),
+        typer.Option(
+            min=1, metavar="N", help="Calls at once; default QUEUESTORE_DELIVERY_CONCURRENCY."
+        ),
     ] = None,
     new_secret: Annotated[
         bool, typer.Option("--new-secret", help="Print a new signing secret and exit.")
@@ -681,14 +819,19 @@ def deliver(
     receivers: they share the work, and each delivery of a callback goes in
     the order of its task's changes.
     """
+    import logging
+    import signal
+
+    from queuestore.core.logs import setup as setup_logging
     from queuestore.push.deliverer import Deliverer
+    from queuestore.push.signing import SigningSecret
 
     if new_secret:
-        console.print(str(SigningSecret.generate()))
+        _console().print(str(SigningSecret.generate()))
         return
     with _reporting():
         settings = _settings(url)
-        store = settings.model_copy(update={"auto_migrate": False}).make_store()
+        store = settings.make_store()
         observer = None
         if settings.metrics_port is not None:
             from queuestore.metrics.prometheus import serve_delivery_metrics
@@ -709,8 +852,10 @@ def deliver(
     deliverer.run()
 
 
-def _delivery_formats() -> dict[CallbackFormat, Any]:
+def _delivery_formats() -> dict[Any, Any]:
     """The formats beside the webhook's: A2A push notifications, when a2a-sdk is installed."""
+    from queuestore.core.callbacks import CallbackFormat
+
     try:
         from queuestore.a2a.push_configs import a2a_request
     except ImportError:
@@ -725,24 +870,29 @@ def demo(
     """Run the whole flow on the embedded default: worker, beat, jobs, cancel, input, janitor."""
     from queuestore.ops.demo import run_demo
 
-    raise typer.Exit(run_demo(console, keep=keep))
+    raise typer.Exit(run_demo(_console(), keep=keep))
 
 
 @app.command()
 def serve(
     url: UrlOption = None,
-    host: Annotated[str | None, typer.Option(help="Address; default QUEUESTORE_HTTP_HOST.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port; default QUEUESTORE_HTTP_PORT.")] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Address; default QUEUESTORE_HTTP_HOST.")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port; default QUEUESTORE_HTTP_PORT.")
+    ] = None,
     queue: Annotated[
         str | None,
         typer.Option(
             "--app",
-            help="MODULE[:NAME] holding the workers' TaskQueue or Celery app; "
+            metavar="MODULE[:NAME]",
+            help="The module holding the workers' TaskQueue or Celery app; "
             "default: one built from the settings.",
         ),
     ] = None,
 ) -> None:
-    """Run the HTTP API and its dashboard (needs the ``http`` extra)."""
+    """Run the HTTP API and its dashboard (needs the http extra)."""
     try:
         from queuestore.http import serve as serve_http
     except ImportError as exc:
@@ -765,8 +915,36 @@ def main(args: Sequence[str] | None = None) -> int:
             sys.stdout.write(exc.format_message() + "\n")
             return 0
         where = f"{context.command_path}: " if context is not None else ""
-        errors.print(f"queuestore: error: {where}{exc.format_message()}", markup=False)
+        given = list(sys.argv[1:] if args is None else args)
+        said = _PYDANTIC_WORDS.sub(lambda match: _PLAIN_WORDS[match[0]], exc.format_message())
+        _error_line(f"{where}{said}{_flag_hint(context, given)}")
         return exc.exit_code
     except typer.Abort:
         return 130
     return int(code or 0)
+
+
+_PLAIN_WORDS = {
+    "Input should be a valid integer, unable to parse string as an integer": "not a whole number",
+    "Input should be a valid number, unable to parse string as a number": "not a number",
+}
+"""What the checks of typer's options say (pydantic's words), as a user would."""
+_PYDANTIC_WORDS = re.compile("|".join(map(re.escape, _PLAIN_WORDS)))
+
+_BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
+def _flag_hint(context: Any, given: list[str]) -> str:
+    """What to do when a flag was given a value (``--json true``): flags take none."""
+    if context is None:
+        return ""
+    flags = {
+        name
+        for param in context.command.params
+        if getattr(param, "is_flag", False)
+        for name in [*param.opts, *param.secondary_opts]
+    }
+    for flag, word in itertools.pairwise(given):
+        if flag in flags and word.lower() in _BOOLEAN_WORDS:
+            return f"; {flag} takes no value: give {flag} alone, or leave it out"
+    return ""

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.markup import escape
+from rich.padding import Padding
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
+from queuestore.core.callbacks import Delivery
 from queuestore.core.models import Task, TaskStatus
+from queuestore.core.views import TaskView
 
 _STATUS_COLOURS = {
     "completed": "green",
@@ -28,29 +33,266 @@ _STATUS_COLOURS = {
 }
 
 
-def task_table(rows: list[Task], title: str | None = None) -> Table:
-    """A table of tasks: ids stay whole, the other cells are cut with an ellipsis to fit.
+def task_table(rows: list[Task], title: str | None = None) -> RenderableType:
+    """A table of tasks that fits the width it is printed at, cutting nothing essential.
 
-    A scheduled task that has not started has its start (:func:`starts`) as its outcome.
+    Ids, statuses and job names stay whole; an outcome (the error, the result,
+    the status message, or the start of a scheduled task that has not started,
+    :func:`starts`) is cut with an ellipsis to fit its line. Wide enough, a task
+    is one line; narrower (80 columns), its job and outcome share a column on
+    two lines and the artifact parts are left out.
     """
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    return _Fitted(
+        width=_task_columns_width(rows),
+        wide=lambda: _wide_task_table(rows, title),
+        narrow=lambda: _narrow_task_table(rows, title),
+    )
+
+
+_OUTCOME_WIDTH = len("starts 2031-01-02 08:34:05")
+"""The least an outcome column shows: a start with its date, whole."""
+
+
+def _task_columns_width(rows: list[Task]) -> int:
+    widths = [
+        max([2, *(len(task.id) for task in rows)]),
+        max([3, *(len(task.name) for task in rows)]),
+        max([6, *(len(task.status.value) for task in rows)]),
+        4,
+        _OUTCOME_WIDTH,
+        5,
+    ]
+    return _table_width(widths)
+
+
+def _table_width(widths: list[int]) -> int:
+    """The width of a :func:`_table` with columns of ``widths``: a space at each edge,
+    two between columns."""
+    return sum(widths) + 2 * (len(widths) - 1) + 2
+
+
+def _table(title: str | None = None) -> Table:
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+
+
+def _wide_task_table(rows: list[Task], title: str | None) -> Table:
+    table = _table(title)
     table.add_column("id", no_wrap=True)
-    # Wrapable columns, so the table shrinks them to fit; each cell stays on one line.
-    table.add_column("job", min_width=8, max_width=24)
-    table.add_column("status", min_width=9)
-    table.add_column("%", justify="right", min_width=4)
-    table.add_column("outcome", min_width=10)
-    table.add_column("parts", justify="right", min_width=3)
+    table.add_column("job", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("%", justify="right", no_wrap=True)
+    # The one column that gives way: each cell stays on one line, cut to fit.
+    table.add_column("outcome", min_width=_OUTCOME_WIDTH)
+    table.add_column("parts", justify="right", no_wrap=True)
     for task in rows:
         table.add_row(
             task.id,
-            _cell(task.name),
-            _cell(task.status.value, _STATUS_COLOURS.get(task.status.value, "cyan")),
-            _cell("" if task.progress is None else f"{task.progress:.0%}"),
+            task.name,
+            _status(task),
+            _percent(task),
             _cell(outcome(task) or starts(task)),
-            _cell(str(sum(len(artifact.parts) for artifact in task.artifacts))),
+            str(sum(len(artifact.parts) for artifact in task.artifacts)),
         )
     return table
+
+
+def _narrow_task_table(rows: list[Task], title: str | None) -> Table:
+    table = _table(title)
+    table.add_column("id", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("%", justify="right", no_wrap=True)
+    table.add_column("job / outcome", min_width=12)
+    for task in rows:
+        lines = [Text(task.name, overflow="fold")]
+        detail = outcome(task) or starts(task)
+        if detail:
+            lines.append(_cell(detail, "dim"))
+        table.add_row(task.id, _status(task), _percent(task), Group(*lines))
+    return table
+
+
+def delivery_table(deliveries: list[Delivery]) -> RenderableType:
+    """A task's deliveries: a table when it fits, else a block a delivery (80 columns).
+
+    Ids, statuses, states and URLs stay whole (a long URL folds); the last
+    error is cut with an ellipsis. Times are local: the time alone when today.
+    """
+    widths = [2, 6, 5, 5, 19, 19, 16, max([3, *(len(d.url) for d in deliveries)])]
+    return _Fitted(
+        width=_table_width(widths),
+        wide=lambda: _wide_delivery_table(deliveries),
+        narrow=lambda: _delivery_blocks(deliveries),
+    )
+
+
+def _wide_delivery_table(deliveries: list[Delivery]) -> Table:
+    table = _table()
+    for name in ("id", "status", "state", "tries", "changed", "delivered / next"):
+        table.add_column(name, no_wrap=True, justify="right" if name == "tries" else "left")
+    table.add_column("error", min_width=16)
+    table.add_column("url", no_wrap=True)
+    for delivery in deliveries:
+        table.add_row(
+            str(delivery.id),
+            delivery.status.value,
+            _state(delivery),
+            str(delivery.tries),
+            when(delivery.created_at),
+            _delivered_or_next(delivery),
+            _cell(delivery.last_error or "-"),
+            delivery.url,
+        )
+    return table
+
+
+def _delivery_blocks(deliveries: list[Delivery]) -> Group:
+    blocks: list[RenderableType] = []
+    for delivery in deliveries:
+        heading = Text(f"delivery {delivery.id}: ", style="bold")
+        heading.append(delivery.status.value)
+        heading.append(", ")
+        heading.append_text(_state(delivery))
+        heading.append(f", {delivery.tries} {'try' if delivery.tries == 1 else 'tries'}")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, style="dim", min_width=len("delivered"))
+        grid.add_column(overflow="fold")
+        grid.add_row("url", delivery.url)
+        grid.add_row("changed", when(delivery.created_at))
+        if delivery.delivered_at is not None:
+            grid.add_row("delivered", when(delivery.delivered_at))
+        elif delivery.next_try_at is not None:
+            grid.add_row("next try", when(delivery.next_try_at))
+        if delivery.last_error:
+            grid.add_row("error", _cell(delivery.last_error))
+        blocks.append(Group(heading, Padding(grid, (0, 0, 1, 2))))
+    return Group(*blocks)
+
+
+def running_table(rows: list[dict[str, Any]]) -> Table:
+    """How many tasks each owner and job runs, beside their limits (``-``: none)."""
+    table = _table()
+    table.add_column("owner", overflow="fold")
+    table.add_column("job", overflow="fold")
+    for name in ("running", "owner limit", "job limit"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            "-" if row["owner"] is None else str(row["owner"]),
+            str(row["job"]),
+            str(row["running"]),
+            "-" if row["owner_limit"] is None else str(row["owner_limit"]),
+            "-" if row["job_limit"] is None else str(row["job_limit"]),
+        )
+    return table
+
+
+class _Fitted:
+    """The wide layout where ``width`` columns fit, the narrow one elsewhere."""
+
+    def __init__(
+        self,
+        *,
+        width: int,
+        wide: Callable[[], RenderableType],
+        narrow: Callable[[], RenderableType],
+    ) -> None:
+        self.width = width
+        self.wide = wide
+        self.narrow = narrow
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.wide() if self.width <= options.max_width else self.narrow()
+
+
+def _status(task: Task) -> Text:
+    return Text(task.status.value, style=_STATUS_COLOURS.get(task.status.value, "cyan"))
+
+
+def _percent(task: Task) -> str:
+    return "" if task.progress is None else f"{task.progress:.0%}"
+
+
+def _state(delivery: Delivery) -> Text:
+    colour = {"delivered": "green", "dead": "red"}.get(delivery.state.value, "cyan")
+    return Text(delivery.state.value, style=colour)
+
+
+def _delivered_or_next(delivery: Delivery) -> str:
+    moment = delivery.delivered_at or delivery.next_try_at
+    return "-" if moment is None else when(moment)
+
+
+def when(moment: datetime) -> str:
+    """A time in this machine's local time: the time alone when it is today, else with its date."""
+    local = moment.astimezone()
+    today = datetime.now(local.tzinfo).date()
+    return local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+
+
+def task_details(task: Task) -> Table:
+    """One task, a field a line: what the HTTP API shows of it, for people.
+
+    Times are in this machine's local time with their offset; documents
+    (input, result, metadata) are compact JSON, folded to the width.
+    """
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column(overflow="fold")
+    status = Text(task.status.value, style=_STATUS_COLOURS.get(task.status.value, "cyan"))
+    if task.status_message:
+        status.append(f": {task.status_message}", style="")
+    rows: list[tuple[str, str | Text | None]] = [
+        ("id", task.id),
+        ("job", task.name),
+        ("status", status),
+        ("progress", None if task.progress is None else f"{task.progress:.0%}"),
+        ("owner", task.owner),
+        ("context", task.context_id),
+        ("priority", str(task.priority) if task.priority else None),
+        ("unique key", task.unique_key),
+        ("input", _document(task.input)),
+        ("result", None if task.result is None else _document(task.result)),
+        ("error", None if task.error is None else f"{task.error.type}: {task.error.message}"),
+        ("retried", _retried(task)),
+        ("artifacts", _artifacts(task)),
+        ("metadata", _document(task.metadata) if task.metadata else None),
+        ("created", _local(task.created_at)),
+        ("starts", _local(task.run_at) if starts(task) else None),
+        ("started", _local(task.started_at)),
+        ("finished", _local(task.finished_at)),
+        ("kept", None if task.ttl is None else f"{task.ttl.total_seconds():g} s once finished"),
+        ("attempt", str(task.attempt)),
+        ("version", str(task.version)),
+    ]
+    for label, value in rows:
+        if value is not None:
+            table.add_row(label, value)
+    return table
+
+
+def _document(value: object) -> Text:
+    return Text(json.dumps(value, ensure_ascii=False))
+
+
+def _local(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def _retried(task: Task) -> str | None:
+    if not task.errors:
+        return None
+    last = task.errors[-1]
+    return f"{len(task.errors)} runs, the last: {last.type}: {last.message}"
+
+
+def _artifacts(task: Task) -> str | None:
+    if not task.artifacts:
+        return None
+    return "; ".join(
+        f"{artifact.name or artifact.artifact_id} ({len(artifact.parts)} parts"
+        + (f", {artifact.media_type})" if artifact.media_type else ")")
+        for artifact in task.artifacts
+    )
 
 
 def _cell(value: str, style: str = "") -> Text:
@@ -79,17 +321,14 @@ def starts(task: Task) -> str:
     """
     if task.run_at is None or task.status is not TaskStatus.SUBMITTED:  # none, or started
         return ""
-    start = task.run_at.astimezone()
-    today = datetime.now(start.tzinfo).date()
-    shown = "%H:%M:%S" if start.date() == today else "%Y-%m-%d %H:%M:%S"
-    return "starts " + start.strftime(shown)
+    return "starts " + when(task.run_at)
 
 
 class TaskWatchView:
     """Shows tasks as they change: live bars on a terminal, one line per change otherwise.
 
-    With ``as_json`` each change is one JSON line (the task), and a deletion is
-    ``{"id": ..., "deleted": true}``.
+    With ``as_json`` each change is one JSON line (the task, as the HTTP API
+    shows it), and a deletion is ``{"id": ..., "deleted": true}``.
     """
 
     def __init__(self, console: Console, *, as_json: bool = False) -> None:
@@ -98,13 +337,18 @@ class TaskWatchView:
         self._bars: dict[str, TaskID] = {}
         self._progress: Progress | None = None
         if not as_json and console.is_terminal:
+            # Id and status first and whole; the job and its message give way.
             self._progress = Progress(
-                TextColumn("{task.fields[task_id]}"),
-                TextColumn("{task.fields[job]}"),
-                BarColumn(bar_width=20),
-                TextColumn("{task.percentage:>3.0f}%"),
-                TextColumn("{task.fields[status]}"),
+                TextColumn("{task.fields[task_id]}", table_column=Column(no_wrap=True)),
+                TextColumn("{task.fields[status]}", table_column=Column(no_wrap=True)),
+                BarColumn(bar_width=10),
+                TextColumn("{task.percentage:>3.0f}%", table_column=Column(no_wrap=True)),
+                TextColumn(
+                    "{task.fields[job]}",
+                    table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+                ),
                 console=console,
+                expand=True,  # the job's column takes the width the others leave
             )
 
     def __enter__(self) -> Self:
@@ -124,7 +368,7 @@ class TaskWatchView:
     def show(self, task: Task) -> None:
         """Show the task's latest state."""
         if self.as_json:
-            self._line({"id": task.id} | task.model_dump(mode="json"))
+            self._line(TaskView.of(task).model_dump(mode="json"))
         elif self._progress is not None:
             self._bar(self._progress, task)
         else:
@@ -141,21 +385,24 @@ class TaskWatchView:
 
     def _bar(self, progress: Progress, task: Task) -> None:
         status = styled_status(task)
+        job = escape(task.name)
         if task.status_message:
-            status += f" {_short(task.status_message, 30)}"
+            job += f" [dim]{escape(_short(task.status_message, 60))}[/]"
         completed = 1.0 if task.status.value == "completed" else (task.progress or 0.0)
         if task.id not in self._bars:
             self._bars[task.id] = progress.add_task(
-                "", total=1.0, task_id=task.id, job=_short(task.name, 20), status=status
+                "", total=1.0, task_id=task.id, job=job, status=status
             )
-        progress.update(self._bars[task.id], completed=completed, status=status)
+        progress.update(self._bars[task.id], completed=completed, status=status, job=job)
 
     @staticmethod
     def _summary(task: Task) -> Text:
-        text = Text(f"{task.id} {task.name} ")
-        text.append(task.status.value, style=_STATUS_COLOURS.get(task.status.value, "cyan"))
+        """The task on one line, what matters first: id, status, progress, job, outcome."""
+        text = Text(f"{task.id} ")
+        text.append_text(_status(task))
         if task.progress is not None:
             text.append(f" {task.progress:.0%}")
+        text.append(f" {task.name}")
         detail = " ".join(outcome(task).split())
         if detail:
             text.append(f" {detail}")

@@ -1,7 +1,9 @@
 """Celery processes started by a command of ours, and stopped with everything they started.
 
 The demo and the example servers run a worker (and beat) beside themselves on
-the embedded default, so that one command shows the whole flow.
+the embedded default, so that one command shows the whole flow. The block
+that started them stops them; if the command itself is killed, they stop on
+their own (:mod:`~queuestore.run.tether`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from queuestore.run.tether import tethered
+
 
 @contextmanager
 def celery_process(
@@ -22,9 +26,11 @@ def celery_process(
     """Run ``celery -A APP ARGUMENTS`` for the block's duration, its output in ``log``.
 
     The process gets a session of its own, so that stopping it also stops the
-    prefork children it started, and nothing of it outlives the block.
+    prefork children it started, and nothing of it outlives the block; it is
+    tethered to this process, so nothing of it outlives this process either,
+    even killed. Enter the block in a thread that lives as long as the process.
     """
-    command = [sys.executable, "-m", "celery", "-A", app, *arguments]
+    command = tethered([sys.executable, "-m", "celery", "-A", app, *arguments])
     with log.open("w") as output:
         process = subprocess.Popen(
             command,

@@ -35,6 +35,7 @@ from queuestore.core.logs import quiet_revoke_bookkeeping
 from queuestore.core.models import Task, new_task_id
 from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
+from queuestore.core.validation import json_kind
 from queuestore.run.jobs import (
     Job,
     prepare_worker,
@@ -179,6 +180,12 @@ class TaskQueue:
         Raises:
             InvalidTaskData: the input does not fit the job's function.
         """
+        if input is not None and not isinstance(input, Mapping):
+            raise InvalidTaskData(
+                f"must be a JSON object of the keyword arguments of job {name!r} "
+                f'({{"argument": value, ...}}), not {json_kind(input)}',
+                field="input",
+            )
         registered = registered_job(self.app, name)
         if registered is not None:
             registered.check_input(input or {})

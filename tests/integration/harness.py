@@ -29,6 +29,7 @@ from celery import Celery
 
 from queuestore import Settings, SqlTaskStore, StoreUnavailable, Task, TaskQueue, TaskStatus
 from queuestore.push.signing import SigningSecret
+from queuestore.run.tether import tethered
 
 HERE = Path(__file__).resolve().parent
 APP_MODULE = "integration_app"
@@ -107,7 +108,11 @@ def tails(processes: Iterable[LoggedProcess], lines: int = 40) -> str:
 
 @dataclass
 class LoggedProcess:
-    """A process we started in its own session, its output going to a log file."""
+    """A process we started in its own session, its output going to a log file.
+
+    It is tethered to the test process: if pytest dies (a timeout's SIGKILL,
+    a crash), the worker, beat or server ends too.
+    """
 
     name: str
     process: subprocess.Popen[bytes]
@@ -119,7 +124,7 @@ class LoggedProcess:
     ) -> LoggedProcess:
         with log.open("ab") as output:
             process = subprocess.Popen(
-                command,
+                tethered(command),
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,

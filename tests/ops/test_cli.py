@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -54,7 +56,7 @@ def test_tasks_commands_show_list_and_cancel(database_url: str) -> None:
     assert task.id in listed.output
     # Ids may start with "-" (url-safe base64): "--" ends the options.
     shown = runner.invoke(app, ["tasks", "show", "--url", database_url, "--", task.id])
-    assert '"owner": "alice"' in shown.output
+    assert re.search(r"^owner +alice", shown.output, re.MULTILINE)
     cancelled = runner.invoke(app, ["tasks", "cancel", "--url", database_url, "--", task.id])
     assert cancelled.exit_code == 0, cancelled.output
     assert store.get(task.id).status == "cancelled"
@@ -128,7 +130,7 @@ def test_tasks_list_and_show_give_the_start_of_a_scheduled_task(database_url: st
     assert "starts" not in lines[unscheduled.id]
 
     shown = runner.invoke(app, ["tasks", "show", "--url", database_url, "--", later.id])
-    assert '"run_at": "2031-01-02T03:04:05Z"' in shown.output
+    assert re.search(r"^starts +2031-01-02 08:34:05\+05:30", shown.output, re.MULTILINE)
     as_json = runner.invoke(app, ["tasks", "show", "--json", "--url", database_url, "--", later.id])
     assert '"run_at":"2031-01-02T03:04:05Z"' in as_json.output
     store.close()
@@ -230,12 +232,12 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
         (["examples.crunch", "--delay", "5 minutes"], "--delay:"),
         (
             ["examples.crunch", "--at", "2031-01-01T00:00:00"],
-            "run_at: must be a timezone-aware datetime",
+            "--at: '2031-01-01T00:00:00' has no offset",
         ),
-        (["examples.crunch", "--at", "tomorrow"], "--at:"),
+        (["examples.crunch", "--at", "tomorrow"], "--at: 'tomorrow' is not an ISO 8601 time"),
         (
             ["examples.crunch", "--delay", "5", "--at", "2031-01-01T00:00:00Z"],
-            "give run_at or delay",
+            "give --delay or --at, not both",
         ),
         (["examples.crunch", "--priority", "10"], "--priority"),
         (["examples.crunch", '{"seconds": "long"}'], "input.seconds: does not fit job"),
@@ -258,3 +260,313 @@ def test_tasks_submit_refuses_bad_values_and_writes_nothing(
         assert store.count() == 0
     finally:
         store.close()
+
+
+@pytest.fixture
+def fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty QUEUESTORE_HOME, and no other QUEUESTORE_* setting: the embedded default."""
+    for name in [name for name in os.environ if name.startswith("QUEUESTORE_")]:
+        monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    monkeypatch.setenv("QUEUESTORE_HOME", str(home))
+    return home
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "answer"),
+    [
+        (["tasks", "list"], 0, "no tasks"),
+        (["tasks", "list", "--json"], 0, '{"tasks":[],"next_cursor":null}'),
+        (["tasks", "running"], 0, "no task is running"),
+        (["tasks", "watch", "--timeout", "0.1"], 0, ""),
+        (["tasks", "show", "nope"], 1, "not found"),
+        (["tasks", "deliveries", "nope"], 1, "not found"),
+        (["tasks", "redeliver", "nope", "1"], 1, "nope"),
+        (["tasks", "cancel", "nope"], 1, "not found"),
+        (["tasks", "delete", "nope"], 1, "not found"),
+        (["tasks", "submit", "cli.fresh"], 0, "submitted"),
+        (["janitor"], 0, "removed 0"),
+        (["db", "current"], 0, "none"),
+        (["config", "show"], 0, "QUEUESTORE_HOME="),
+    ],
+)
+def test_every_command_answers_on_a_fresh_home(
+    fresh_home: Path, arguments: list[str], code: int, answer: str
+) -> None:
+    """A newcomer's first command: an empty list is an answer, not a missing table."""
+    result = CliRunner().invoke(app, arguments)
+
+    assert result.exit_code == code, result.output
+    assert answer in result.output
+    assert "no such table" not in result.output
+
+
+def test_deliver_starts_on_a_fresh_home(fresh_home: Path, tmp_path: Path) -> None:
+    deliver = subprocess.Popen(
+        [sys.executable, "-m", "queuestore", "deliver"],
+        cwd=tmp_path,
+        env=os.environ | {"QUEUESTORE_HOME": str(fresh_home)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert deliver.stderr is not None
+        started = deliver.stderr.readline()
+        time.sleep(1.0)  # its first rounds of taking deliveries
+    finally:
+        deliver.terminate()
+        _, rest = deliver.communicate(timeout=30)
+    assert "delivering callbacks" in started, started + rest
+    assert "no such table" not in rest
+    assert deliver.returncode == 0, rest
+
+
+# -- one voice: plain help, flags, and the HTTP API's view of a task ------------------
+
+
+def command_paths() -> list[list[str]]:
+    """Every command and group of ``queuestore``, as the words that name it."""
+    import typer.main
+
+    found: list[list[str]] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        found.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda path: " ".join(path) or "queuestore")
+def test_help_is_plain_text_with_a_metavar_for_every_value(path: list[str]) -> None:
+    shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+
+    assert shown.exit_code == 0, shown.output
+    assert "`" not in shown.output  # no Markdown or reST markup, printed as it is
+    assert "<bool>" not in shown.output  # a flag takes no value
+    options = [line for line in shown.output.splitlines() if line.lstrip().startswith("-")]
+    for line in options:
+        assert "<" not in line.split("  ")[0], line  # `--url URL`, not `--url <str>`
+
+
+def test_json_is_a_flag_and_a_value_given_to_a_flag_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import typer.main
+
+    from queuestore.ops.cli import main
+
+    jsons = [
+        param
+        for path in command_paths()
+        for param in getattr(_command(typer.main.get_command(app), path), "params", [])
+        if "--json" in param.opts
+    ]
+    assert len(jsons) >= 8
+    assert all(param.is_flag for param in jsons)
+
+    assert main(["tasks", "list", "--json", "true"]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1
+    assert "--json takes no value: give --json alone, or leave it out" in said
+
+
+def _command(root: Any, path: list[str]) -> Any:
+    for name in path:
+        root = root.commands[name]
+    return root
+
+
+def test_show_is_for_people_and_json_is_the_http_api_s_view(database_url: str) -> None:
+    from queuestore.core.views import TaskView
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    store = SqlTaskStore(database_url)
+    task = store.create("cli.asks", {"n": 1}, owner="alice")
+    store.claim(task.id, "worker-1", timedelta(seconds=30))
+    store.update(task.id, status="input_required", status_message="Proceed?")
+    task = store.get(task.id)
+    base = ["--url", database_url, "--", task.id]
+
+    shown = runner.invoke(app, ["tasks", "show", *base])
+    as_json = runner.invoke(app, ["tasks", "show", "--json", *base])
+    listed = runner.invoke(app, ["tasks", "list", "--json", "--url", database_url])
+    watched = runner.invoke(app, ["tasks", "watch", "--json", "--timeout", "0.1", *base])
+
+    assert shown.exit_code == 0, shown.output
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(shown.output)
+    assert re.search(r"^status +input_required: Proceed\?", shown.output, re.MULTILINE)
+    assert "worker-1" not in shown.output
+    api_view = TaskView.of(task).model_dump(mode="json")
+    assert json.loads(as_json.output) == api_view
+    assert json.loads(listed.output)["tasks"] == [api_view]
+    assert json.loads(watched.output.splitlines()[0]) == api_view
+    for hidden in ("answers", "worker_id", "lease_expires_at", "suspends"):
+        assert hidden not in api_view
+    store.close()
+
+
+# -- errors in the user's words -------------------------------------------------------
+
+PYTHON_WORDS = ("Input should", "Signature", "mapping", "Traceback", "timedelta", "pydantic")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "env", "said"),
+    [
+        (["tasks", "list", "--status", "runing"], {}, "--status: unknown status 'runing'; one of"),
+        (["tasks", "list", "--limit", "0"], {}, "--limit: must be an integer from 1 to 1000"),
+        (["tasks", "list", "--cursor", "abc"], {}, "--cursor: this cursor was altered"),
+        (
+            ["tasks", "list"],
+            {"QUEUESTORE_LEASE": "soon"},
+            "QUEUESTORE_LEASE must be seconds (30) or an ISO 8601 duration (PT30S)",
+        ),
+        (
+            ["tasks", "list"],
+            {"QUEUESTORE_OWNER_CONCURRENCY": "many"},
+            "QUEUESTORE_OWNER_CONCURRENCY must be a whole number",
+        ),
+        (["tasks", "list", "--url", "nope"], {}, "(or --url) is not a database URL"),
+        (["tasks", "submit", "bad name"], {}, "NAME: must not contain whitespace"),
+        (["tasks", "submit", "x.y", "--delay", "soon"], {}, "--delay: 'soon' is not a duration"),
+        (
+            ["tasks", "submit", "x.y", "--callback", "http://127.0.0.1/hook"],
+            {},
+            "--callback: callback URL 'http://127.0.0.1/hook' refused: host is a loopback "
+            "address 127.0.0.1; QUEUESTORE_CALLBACK_ALLOW_NETWORKS allows such addresses",
+        ),
+    ],
+)
+def test_a_refusal_names_what_the_user_typed_and_writes_nothing(
+    fresh_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    arguments: list[str],
+    env: dict[str, str],
+    said: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    refused = CliRunner().invoke(app, arguments)
+
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.startswith("queuestore: error: ")
+    assert refused.output.count("\n") == 1
+    assert said in refused.output
+    assert not any(word in refused.output for word in PYTHON_WORDS)
+
+
+def test_a_value_of_the_wrong_kind_for_an_option_says_so_in_plain_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from queuestore.ops.cli import main
+
+    assert main(["tasks", "list", "--limit", "many"]) == 2
+    said = capsys.readouterr().err
+    assert said == "queuestore: error: queuestore tasks list: Invalid value for '--limit': " + (
+        "not a whole number\n"
+    )
+
+
+def test_a_database_without_the_schema_says_to_run_db_upgrade(
+    fresh_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_AUTO_MIGRATE", "false")  # as on PostgreSQL
+
+    refused = CliRunner().invoke(app, ["tasks", "list"])
+
+    assert refused.exit_code == 1
+    assert "no queuestore schema yet; run queuestore db upgrade" in refused.output
+
+
+def test_the_schema_hint_reads_postgresql_s_words_too() -> None:
+    from queuestore.ops.messages import unavailable
+
+    missing = 'database unavailable: relation "queuestore_tasks" does not exist'
+    assert unavailable(missing).endswith("run queuestore db upgrade")
+    no_database = 'database unavailable: database "queuestore" does not exist'
+    assert unavailable(no_database) == no_database
+
+
+@pytest.fixture
+def deliveries(database_url: str) -> Iterator[tuple[str, dict[str, int]]]:
+    """A task whose callback has one delivery in each state: dead, delivered, pending."""
+    from queuestore.store.deliveries import Settlement
+
+    store = SqlTaskStore(database_url)
+    store.migrate()
+    task = store.create("cli.hooked")
+    store.add_callback(task.id, "https://93.184.216.34/hook", events="all")
+    store.claim(task.id, "w", timedelta(seconds=30))
+    store.update(task.id, status="input_required")
+    ids: dict[str, int] = {}
+    for state, settle in (
+        ("dead", Settlement.dead("refused")),
+        ("delivered", Settlement.delivered(200)),
+    ):
+        taken = store.take_deliveries(limit=1)[0].delivery
+        store.settle_delivery(taken, settle)
+        ids[state] = taken.id
+        if state == "dead":
+            store.update(task.id, status="working")
+    store.update(task.id, status="completed")
+    ids["pending"] = max(d.id for d in store.deliveries(task.id))
+    yield task.id, ids
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("which", "said"),
+    [
+        ("pending", "is pending, not dead: only a dead delivery is sent again"),
+        ("delivered", "is delivered, not dead: only a dead delivery is sent again"),
+        ("missing", "has no delivery 999; queuestore tasks deliveries"),
+    ],
+)
+def test_redeliver_says_why_a_delivery_is_not_sent_again(
+    database_url: str, deliveries: tuple[str, dict[str, int]], which: str, said: str
+) -> None:
+    task_id, ids = deliveries
+    delivery_id = ids.get(which, 999)
+
+    refused = CliRunner().invoke(
+        app, ["tasks", "redeliver", "--url", database_url, "--", task_id, str(delivery_id)]
+    )
+
+    assert refused.exit_code == 1
+    assert said in refused.output
+    assert "not found" not in refused.output
+
+
+def test_redeliver_sends_a_dead_delivery_again(
+    database_url: str, deliveries: tuple[str, dict[str, int]]
+) -> None:
+    task_id, ids = deliveries
+
+    sent = CliRunner().invoke(
+        app, ["tasks", "redeliver", "--url", database_url, "--", task_id, str(ids["dead"])]
+    )
+
+    assert sent.exit_code == 0, sent.output
+    assert f"delivery {ids['dead']} of {task_id} is pending" in sent.output
+
+
+def test_cancel_and_resume_say_which_task_they_act_on(database_url: str) -> None:
+    store = SqlTaskStore(database_url)
+    store.migrate()
+    done = store.create("cli.done")
+    store.cancel(done.id)
+    runner = CliRunner()
+
+    cancelled = runner.invoke(app, ["tasks", "cancel", "--url", database_url, "--", done.id])
+    resumed = runner.invoke(app, ["tasks", "resume", "--url", database_url, "--", done.id, "yes"])
+
+    assert cancelled.exit_code == resumed.exit_code == 1
+    assert f"task {done.id} is cancelled already: only a live task can be" in cancelled.output
+    assert "only a task waiting for input (input_required) takes an answer" in resumed.output
+    store.close()

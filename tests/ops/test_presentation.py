@@ -45,16 +45,36 @@ def test_watch_view_json_lines_and_deletions(capsys: pytest.CaptureFixture[str])
     assert console.file.getvalue() == ""  # type: ignore[attr-defined]
 
 
-def test_table_cuts_cells_instead_of_folding_them() -> None:
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_a_task_table_fits_its_width_and_cuts_only_the_outcome(width: int) -> None:
     store = InMemoryTaskStore()
     task = store.create("a.rather.long.job.name.for.a.table")
     store.update(task.id, status="working")
     store.update(task.id, status="failed", error={"type": "E", "message": "why " * 100})
-    for width in (60, 80, 120):
-        console = _console(terminal=False, width=width)
-        console.print(task_table(store.list().tasks))
-        lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
-        assert all(len(line) <= width for line in lines)
-        assert len([line for line in lines if line.strip()]) == 3  # header, rule, one row
-        row = next(line for line in lines if task.id in line)
-        assert "…" in row
+    console = _console(terminal=False, width=width)
+
+    console.print(task_table(store.list().tasks))
+
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert all(len(line) <= width for line in output.splitlines())
+    assert task.id in output.split()
+    assert "failed" in output.split()
+    (outcome,) = [line for line in output.splitlines() if "E: why" in line]
+    assert "…" in outcome  # one line, cut, never folded
+    if width >= 80:
+        assert task.name in output.split()
+    if width >= 120:  # wide enough: one line a task
+        assert task.id in outcome
+
+
+def test_watch_bars_keep_the_id_and_status_whole_at_80_columns() -> None:
+    store = InMemoryTaskStore()
+    task = store.create("reports.build_the_monthly_summary_for_every_region")
+    store.update(task.id, status="working", progress=0.3)
+    asking = store.update(task.id, status="input_required", status_message="Proceed? " * 20)
+    console = _console(terminal=True)
+    with TaskWatchView(console) as view:
+        view.show(asking)
+    drawn = console.file.getvalue()  # type: ignore[attr-defined]
+    last = [line for line in drawn.splitlines() if task.id in line][-1]
+    assert "input_required" in last

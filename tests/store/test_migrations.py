@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+import traceback
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
+from queue import Empty
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -12,8 +18,16 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, insert, inspect, text
 
-from queuestore import SqlTaskStore, make_engine
-from queuestore.store.sql.migrations import VERSION_TABLE, config, downgrade, head, upgrade
+from queuestore import Settings, SqlTaskStore, make_engine
+from queuestore.store.sql.migrations import (
+    MIGRATIONS,
+    VERSION_TABLE,
+    config,
+    downgrade,
+    head,
+    is_current,
+    upgrade,
+)
 from queuestore.store.sql.queries import TABLE
 from queuestore.store.sql.schema import Base
 
@@ -56,6 +70,105 @@ def revision(engine: Engine) -> str | None:
 
 def test_there_is_one_head() -> None:
     assert len(ScriptDirectory.from_config(config()).get_heads()) == 1
+
+
+def test_each_migration_s_revision_is_its_file_s_number_one_after_the_other() -> None:
+    """What lets :func:`head` read the newest revision from the file names alone."""
+    scripts = ScriptDirectory.from_config(config())
+    files = sorted(p.name for p in (MIGRATIONS / "versions").glob("[0-9]*.py"))
+    numbers = [name[:4] for name in files]
+    assert numbers == [f"{n:04d}" for n in range(1, len(files) + 1)]
+    for number in numbers:
+        script = scripts.get_revision(number)
+        assert script is not None
+        assert Path(script.path).name.startswith(number)
+    assert head() == scripts.get_current_head() == numbers[-1]
+
+
+def test_is_current_only_at_the_newest_revision(empty_engine: Engine) -> None:
+    assert not is_current(empty_engine)
+    with empty_engine.begin() as connection:
+        upgrade(connection, "0010")
+    assert not is_current(empty_engine)
+    SqlTaskStore(empty_engine).migrate()
+    assert is_current(empty_engine)
+
+
+def _migrate_rounds(urls: list[str], barrier: Barrier, failures: Any) -> None:
+    """One of several processes: for each URL, wait for the others, then open a store on it."""
+    for url in urls:
+        try:
+            barrier.wait(timeout=120)
+        except threading.BrokenBarrierError:  # the test gave up
+            return
+        try:
+            home = Path(url.removeprefix("sqlite:///")).parent
+            Settings(home=home, database_url=url, auto_migrate=True).make_store().close()
+        except Exception:
+            failures.put(f"{url}: {traceback.format_exc()}")
+        try:
+            barrier.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            return
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_processes_migrating_one_fresh_database_at_once_all_get_the_schema(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A worker, beat and a command may start together on a new database: one
+    migrates, the others wait for it and find the schema made."""
+    processes, rounds = 3, 12
+    if backend == "sqlite":
+        urls = [f"sqlite:///{tmp_path / str(n) / 'queuestore.db'}" for n in range(rounds)]
+    else:
+        url = request.getfixturevalue("scratch_postgres_url")
+        urls = [url] * rounds
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(processes + 1)
+    failures = context.Queue()
+    started = [
+        context.Process(target=_migrate_rounds, args=(urls, barrier, failures))
+        for _ in range(processes)
+    ]
+    for process in started:
+        process.start()
+    try:
+        for url in urls:
+            if backend == "postgres":
+                _empty_schema(url)
+            barrier.wait(timeout=120)  # all at once
+            barrier.wait(timeout=120)  # all done
+            failure = _first(failures)
+            assert failure is None, failure
+            engine = make_engine(url)
+            assert is_current(engine)
+            engine.dispose()
+    finally:
+        barrier.abort()
+        for process in started:
+            process.join(timeout=30)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+    assert [process.exitcode for process in started] == [0] * processes
+
+
+def _first(failures: Any) -> str | None:
+    try:
+        return str(failures.get(timeout=0.1))
+    except Empty:
+        return None
+
+
+def _empty_schema(url: str) -> None:
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
 
 
 def test_a_migrated_database_matches_the_models(empty_engine: Engine) -> None:

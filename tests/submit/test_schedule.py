@@ -100,6 +100,14 @@ def test_a_bad_start_is_refused_and_writes_nothing(
     assert published.messages == []
 
 
+def test_a_naive_start_is_refused_with_what_to_pass_instead(queue: TaskQueue) -> None:
+    with pytest.raises(InvalidTaskData) as refused:
+        queue.submit("x.y", run_at=datetime(2031, 1, 1))
+
+    assert "timezone-aware" in str(refused.value)
+    assert "datetime.now(UTC)" in str(refused.value)
+
+
 def test_the_look_ahead_defaults_within_the_lease_and_must_fit_in_it(app: Celery) -> None:
     assert TaskQueue(InMemoryTaskStore(), app).options.schedule_ahead == timedelta(seconds=12)
     short = TaskQueue(InMemoryTaskStore(), app, lease=timedelta(seconds=4))

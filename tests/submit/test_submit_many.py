@@ -79,6 +79,32 @@ def test_a_bad_item_is_named_and_nothing_is_written(
     assert published.messages == []
 
 
+@pytest.mark.parametrize(
+    ("given", "kind"), [("otters", "a string"), (["otters"], "an array"), (3, "a number")]
+)
+def test_an_input_that_is_not_an_object_is_refused_in_json_s_words(
+    app: Celery, queue: TaskQueue, published: Published, given: object, kind: str
+) -> None:
+    """Not Python's "argument after ** must be a mapping": what the input must be, and is."""
+
+    def build(ctx: TaskContext, month: str) -> None: ...
+
+    register(app, build, name="reports.build")
+    for name in ("reports.build", "not.registered.here"):
+        with pytest.raises(InvalidTaskData) as refused:
+            queue.submit_many([{"name": name, "input": given}])
+        said = str(refused.value)
+        assert said.startswith("tasks[0].input: must be a JSON object")
+        assert said.endswith(f"not {kind}")
+        assert "mapping" not in said
+        assert "Signature" not in said
+    with pytest.raises(InvalidTaskData, match=f"input: must be a JSON object.*not {kind}$"):
+        queue.store.create("x.y", given)  # type: ignore[arg-type]
+
+    assert queue.store.count() == 0
+    assert published.messages == []
+
+
 def test_a_broker_down_part_way_leaves_the_rest_to_the_sweep(
     queue: TaskQueue, published: Published, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +44,35 @@ def make_engine(url: str, **options: Any) -> Engine:
     return create_engine(parsed, **options)
 
 
+_BUSY_TIMEOUT_SECONDS = 30.0
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_SECONDS * 1000)}")
+    _write_ahead_log(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def _write_ahead_log(cursor: Any) -> None:
+    """Put the database in WAL mode, waiting while another process holds it.
+
+    Switching a fresh file to WAL takes an exclusive lock, and SQLite answers
+    "database is locked" at once, without its busy handler, to a process that
+    asks meanwhile: several processes opening one new file at once must wait.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def loop_engine(url: URL, *, max_connections: int, timeout: float) -> AsyncEngine:

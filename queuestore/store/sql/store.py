@@ -83,9 +83,16 @@ class SqlTaskStore(TaskStore):
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
 
     def migrate(self, revision: str = "head") -> None:
-        """Bring the schema up to ``revision`` with the migrations shipped in the package."""
-        from queuestore.store.sql.migrations import upgrade
+        """Bring the schema up to ``revision`` with the migrations shipped in the package.
 
+        One process at a time migrates (see
+        :func:`~queuestore.store.sql.migrations.migration_lock`); a database
+        already at the newest revision costs one query.
+        """
+        from queuestore.store.sql.migrations import is_current, upgrade
+
+        if revision == "head" and is_current(self.engine):
+            return
         with self._transaction() as connection:
             upgrade(connection, revision)
 
