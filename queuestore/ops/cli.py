@@ -599,6 +599,7 @@ def tasks_submit(
 
     A job the app does not register is refused, as the HTTP API refuses it.
     """
+    from queuestore.core import validation as check
     from queuestore.core.callbacks import CallbackEvents, CallbackRequest
     from queuestore.submit.queue import TaskQueue
 
@@ -611,6 +612,7 @@ def tasks_submit(
             priorities=settings.priorities,
             limits=settings.limits,
         )
+        check.name(name)  # a malformed name is that, before it is an unknown one
         _check_job_name(queue, name, celery_app)
         task = queue.submit(
             name,

@@ -284,7 +284,7 @@ def fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["tasks", "redeliver", "nope", "1"], 1, "nope"),
         (["tasks", "cancel", "nope"], 1, "not found"),
         (["tasks", "delete", "nope"], 1, "not found"),
-        (["tasks", "submit", "cli.fresh"], 0, "submitted"),
+        (["tasks", "submit", "examples.crunch"], 0, "submitted"),
         (["janitor"], 0, "removed 0"),
         (["db", "current"], 0, "none"),
         (["config", "show"], 0, "QUEUESTORE_HOME="),
@@ -435,7 +435,7 @@ PYTHON_WORDS = ("Input should", "Signature", "mapping", "Traceback", "timedelta"
         (["tasks", "submit", "bad name"], {}, "NAME: must not contain whitespace"),
         (["tasks", "submit", "x.y", "--delay", "soon"], {}, "--delay: 'soon' is not a duration"),
         (
-            ["tasks", "submit", "x.y", "--callback", "http://127.0.0.1/hook"],
+            ["tasks", "submit", "examples.crunch", "--callback", "http://127.0.0.1/hook"],
             {},
             "--callback: callback URL 'http://127.0.0.1/hook' refused: host is a loopback "
             "address 127.0.0.1; QUEUESTORE_CALLBACK_ALLOW_NETWORKS allows such addresses",

@@ -96,8 +96,7 @@ def test_cancelling_a_finished_task_says_it_has_finished(store: SqlTaskStore, ur
     code, _, err = run("tasks", "cancel", "--url", url, "--", task.id)
     assert code == 1
     assert err.strip() == (
-        f"queuestore: error: task {task.id} has already finished (completed): "
-        "only a live task can be cancelled"
+        f"queuestore: error: task {task.id} is completed already: only a live task can be cancelled"
     )
 
 
@@ -113,6 +112,6 @@ def test_answering_a_task_that_does_not_wait_says_what_it_is_doing(
     code, _, err = run("tasks", "resume", "--url", url, "-A", "steering_app", "--", task.id, "yes")
     assert code == 1
     assert err.strip() == (
-        f"queuestore: error: task {task.id} is working, not waiting for an answer "
-        "(input_required): nothing to resume"
+        f"queuestore: error: task {task.id} is working: only a task waiting for input "
+        "(input_required) takes an answer"
     )
