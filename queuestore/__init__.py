@@ -35,7 +35,9 @@ from queuestore.core.models import (
 )
 from queuestore.core.owner import ANY
 from queuestore.core.retries import Retry
+from queuestore.core.rollup import Rollup
 from queuestore.core.urls import UrlPolicy
+from queuestore.core.workers import Worker
 from queuestore.push.deliverer import Deliverer, DeliveryPolicy
 from queuestore.push.signing import SigningSecret
 from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
@@ -70,6 +72,7 @@ __all__ = [
     "LeaseLost",
     "QueueStoreError",
     "Retry",
+    "Rollup",
     "Settings",
     "SigningSecret",
     "SqlTaskStore",
@@ -84,6 +87,7 @@ __all__ = [
     "TaskStatus",
     "TaskStore",
     "UrlPolicy",
+    "Worker",
     "job",
     "make_engine",
     "new_task_id",

@@ -85,6 +85,8 @@ class NewTask:
     """No other live task of the owner may hold it."""
     priority: int = 0
     """From 0 to 9, the most urgent."""
+    traceparent: str | None = None
+    """The W3C trace context its runs continue."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -106,6 +108,7 @@ class NewTask:
             run_at=self.run_at,
             unique_key=self.unique_key,
             priority=self.priority,
+            traceparent=self.traceparent,
         )
 
 

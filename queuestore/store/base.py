@@ -43,6 +43,7 @@ from queuestore.store.backend import (
     Write,
 )
 from queuestore.store.deliveries import DeliveryVerbs
+from queuestore.store.operator import OperatorVerbs
 from queuestore.store.runs import RunVerbs, lost_runs
 
 P = ParamSpec("P")
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 
-class TaskStore(RunVerbs, DeliveryVerbs):
+class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:
@@ -91,6 +92,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        traceparent: str | None = None,
     ) -> Task:
         """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
@@ -113,9 +115,13 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         most urgent waiting jobs first, and so do the brokers where the queue
         enables priorities (see ``TaskQueue``).
 
+        ``traceparent``: the W3C trace context (``00-<trace id>-<span id>-<flags>``)
+        its runs, retries and deliveries continue (``TaskQueue.submit`` sets it
+        when OpenTelemetry traces, see :mod:`queuestore.core.tracing`).
+
         Raises:
             InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at,
-                unique_key or priority.
+                unique_key, priority or traceparent.
             TaskConflict: ``task_id`` is already taken.
         """
         new = self._new_task(
@@ -130,6 +136,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             run_at=run_at,
             unique_key=unique_key,
             priority=priority,
+            traceparent=traceparent,
         )
         task, created = self._insert(new)
         self._announce_created([(task, created)])
@@ -193,6 +200,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        traceparent: str | None = None,
     ) -> NewTask:
         """The checked row :meth:`create` inserts."""
         owner = check.label(owner, "owner")
@@ -210,6 +218,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             run_at=check.run_at(run_at, job=job is True),
             unique_key=check.label(unique_key, "unique_key"),
             priority=check.priority(priority),
+            traceparent=check.traceparent(traceparent),
         )
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:

@@ -15,7 +15,17 @@ from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import TaskConflict
 from queuestore.core.models import TERMINAL, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
+from queuestore.core.rollup import (
+    DEAD,
+    MINUTE,
+    NO_DURATION,
+    CurrentCount,
+    SeriesCount,
+    changes_of,
+    floor_to,
+)
 from queuestore.core.watch import Listener, StatusChange
+from queuestore.core.workers import Worker
 from queuestore.store.backend import (
     UNSET,
     ListQuery,
@@ -48,6 +58,10 @@ class InMemoryTaskStore(TaskStore):
         # Push: each task's callbacks by id, with their keys; the deliveries by id.
         self._callbacks_of: dict[str, dict[str, tuple[str, Callback]]] = {}
         self._delivery_rows: dict[int, tuple[str, Delivery]] = {}
+        # The rollup, counted as the SQL stores' triggers count it (core.rollup's rule).
+        self._counts: Counter[tuple[TaskStatus, str, str | None]] = Counter()
+        self._series: Counter[tuple[datetime, str, str, int]] = Counter()
+        self._worker_rows: dict[str, Worker] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -66,6 +80,7 @@ class InMemoryTaskStore(TaskStore):
             raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
         task = new.stamped(self._now())
         self._tasks[task.id] = task
+        self._roll(None, task)
         if not new.job:
             self._records.add(task.id)
         return task, True
@@ -143,7 +158,7 @@ class InMemoryTaskStore(TaskStore):
                 self._changed.notify_all()
 
     def _forget(self, task_id: str) -> None:
-        del self._tasks[task_id]
+        self._roll(self._tasks.pop(task_id), None)
         self._callbacks_of.pop(task_id, None)
         for delivery_id in [i for i, (_, d) in self._delivery_rows.items() if d.task_id == task_id]:
             del self._delivery_rows[delivery_id]
@@ -202,6 +217,7 @@ class InMemoryTaskStore(TaskStore):
 
     def _written(self, before: Task, after: Task, status: TaskStatus | None) -> None:
         """Announce a committed write, and commit its deliveries (the lock held)."""
+        self._roll(before, after)
         if after.status != before.status:
             self._enqueue(after)
         if status is not None:
@@ -341,6 +357,11 @@ class InMemoryTaskStore(TaskStore):
             ):
                 return False
             delivered = settlement.state is DeliveryState.DELIVERED
+            if settlement.state is DeliveryState.DEAD:
+                task = self._tasks.get(delivery.task_id)
+                minute = floor_to(self._now(), MINUTE)
+                name = "" if task is None else task.name
+                self._series[(minute, DEAD, name, NO_DURATION)] += 1
             if settlement.retry_at is not None:  # the callback's later ones wait behind it
                 self._hold_back(key, delivery_id, settlement.retry_at)
             self._delivery_rows[delivery_id] = (
@@ -370,6 +391,71 @@ class InMemoryTaskStore(TaskStore):
     def _count_deliveries(self) -> dict[DeliveryState, int]:
         with self._changed:
             return dict(Counter(delivery.state for _, delivery in self._delivery_rows.values()))
+
+    # -- the operator's view ----------------------------------------------
+
+    def _roll(self, before: Task | None, after: Task | None) -> None:
+        """Count a write in the rollup (the lock held)."""
+        counts, series = changes_of(before, after)
+        for counted, delta in counts:
+            self._counts[counted] += delta
+        for count in series:
+            self._series[(count.start, count.metric, count.name, count.bucket)] += count.value
+
+    def _fold_rollup(self) -> int:
+        return 0  # counted as written
+
+    def _prune_rollup(self, minutes_before: datetime, quarters_before: datetime) -> None:
+        with self._changed:
+            for old in [old for old in self._series if old[0] < quarters_before]:
+                del self._series[old]
+            for zero in [zero for zero, count in self._counts.items() if not count]:
+                del self._counts[zero]
+
+    def _current_counts(self) -> list[CurrentCount]:
+        with self._changed:
+            return [CurrentCount(*key, count) for key, count in self._counts.items() if count]
+
+    def _series_counts(self, step: timedelta, since: datetime) -> list[SeriesCount]:
+        with self._changed:
+            return [
+                SeriesCount(*key, count)
+                for key, count in self._series.items()
+                if key[0] >= since and count
+            ]
+
+    def _oldest_waiting(self, now: datetime) -> Task | None:
+        with self._changed:
+            waiting = [
+                task
+                for task in self._tasks.values()
+                if task.status is TaskStatus.SUBMITTED
+                and (task.run_at is None or task.run_at <= now)
+            ]
+        return min(waiting, key=lambda task: (task.updated_at, task.id), default=None)
+
+    def _beat_worker(self, worker: Worker) -> None:
+        with self._changed:
+            known = self._worker_rows.get(worker.id)
+            if known is not None:
+                worker = worker.model_copy(update={"started_at": known.started_at})
+            self._worker_rows[worker.id] = worker
+
+    def _workers(self) -> list[tuple[Worker, datetime]]:
+        now = self._now()
+        with self._changed:
+            return [(worker, now) for worker in self._worker_rows.values()]
+
+    def _forget_workers(self, worker_id: str | None, beat_before: datetime | None) -> int:
+        with self._changed:
+            gone = [
+                known
+                for known, worker in self._worker_rows.items()
+                if known == worker_id or (beat_before is not None and worker.beat_at < beat_before)
+            ]
+            for known in gone:
+                del self._worker_rows[known]
+            return len(gone)
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._changed:

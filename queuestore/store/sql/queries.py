@@ -27,6 +27,7 @@ The statements:
   not published (or, scheduled, is about to start).
 - :func:`mark_published`: the publish marks of published jobs.
 - :func:`count_unpublished`, :data:`COUNT_BY_STATUS`: the metrics' counts.
+- :func:`oldest_waiting`: the overview's submitted task that waited longest.
 - :data:`CLOCK`: the database's clock.
 """
 
@@ -106,6 +107,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.priority,
     C.errors,
     C.suspends,
+    C.traceparent,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.core.models.Task`."""
 
@@ -248,6 +250,7 @@ NEW_FIELDS: Final = (
     *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
     "unique_key",
     "priority",
+    "traceparent",
 )
 """The columns a new task's parameters give; the rest are constants or the clock."""
 
@@ -488,6 +491,19 @@ def count_unpublished(before: ColumnElement[datetime]) -> Select[int]:
             and_(C.run_at.is_(None), C.updated_at <= before),
             and_(C.run_at.is_not(None), C.run_at <= before),
         ),
+    )
+
+
+def oldest_waiting(now: ColumnElement[datetime]) -> Select[Any]:
+    """The submitted task due by ``now`` written longest ago (by the status index)."""
+    return (
+        select(*COLUMNS)
+        .where(
+            C.status == _sql_text(TaskStatus.SUBMITTED.value),
+            or_(C.run_at.is_(None), C.run_at <= now),
+        )
+        .order_by(C.updated_at, C.id)
+        .limit(1)
     )
 
 
