@@ -42,7 +42,7 @@ from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
 from queuestore.run import hold
 from queuestore.run.context import InputRequested, Suspended, TaskContext
-from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.heartbeat import Heartbeat, beat_from_start
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
 from queuestore.store.pending import is_pending
@@ -417,8 +417,12 @@ def _write_outcome(run: Run, outcome: _Outcome) -> Task | None:
 
 
 def prepare_worker(app: Celery) -> None:
-    """Make ``app``'s worker processes ready for runs: a forked pool process drops the
-    connections its store inherited from the parent before its first run."""
+    """Make ``app``'s worker processes ready for runs, and seen by the operator's view.
+
+    A forked pool process drops the connections its store inherited from the
+    parent before its first run; each process that runs jobs beats from its
+    start (:func:`queuestore.run.heartbeat.beat_from_start`).
+    """
     from celery.signals import worker_process_init
 
     def forget_parent_connections(**_: Any) -> None:
@@ -429,3 +433,4 @@ def prepare_worker(app: Celery) -> None:
         publisher.store.after_fork()
 
     worker_process_init.connect(forget_parent_connections, weak=False)
+    beat_from_start(app)
