@@ -181,6 +181,7 @@ OPERATOR_TABLES = (
     "queuestore_rollup_log",
     "queuestore_rollup_counts",
     "queuestore_rollup_series",
+    "queuestore_rollup_jobs",
     "queuestore_workers",
 )
 """What the operator's view keeps beside the tasks, emptied with them."""

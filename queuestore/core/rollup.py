@@ -5,14 +5,18 @@ change so that the overview never scans the tasks:
 
 - **current counts**: how many tasks are in each status, by job and owner
   (:class:`CurrentCount`);
-- **series**: per minute, how many tasks were submitted, started, ended in
-  each terminal status, retried by their job's policy, given another run
-  after a lost one (the reaper), and how many callback deliveries died, with
-  the durations of the starts and of the runs as histograms
-  (:class:`SeriesCount`): ``started`` by the wait from submit (or the
-  scheduled start) to the first claim, and each terminal status by the run
-  time from the first claim to the end (:data:`NO_DURATION` for a task that
-  never started).
+- **series**: per minute, how many tasks were submitted, started (first
+  claimed), ended in each terminal status, retried by their job's policy,
+  given another run after a lost one (the reaper), and how many callback
+  deliveries died; and two histograms of durations: :data:`WAIT`, from submit
+  (or the scheduled start) to the first claim, and :data:`RUN`, from the first
+  claim to the end (:class:`SeriesCount`).
+
+The stores keep the counts of every job together per minute and per quarter
+hour, the histograms of every job together per five minutes and per hour (for
+the charts), and each job's per hour (for the table of jobs): a read never
+touches more rows than a window has steps, jobs and buckets, however many
+tasks there are.
 
 A duration falls in one of :data:`BOUNDS_MS`' buckets, each 19% (a quarter of
 a doubling) wider than the one before, from 1 ms to 37 hours: a percentile
@@ -44,24 +48,40 @@ NO_DURATION: Final = -1
 SUBMITTED: Final = "submitted"
 """Tasks created."""
 STARTED: Final = "started"
-"""Tasks claimed for the first time, by the wait from submit (or the scheduled start)."""
+"""Tasks claimed for the first time."""
 RETRIED: Final = "retried"
 """Runs whose job failed and whose retry policy runs it again."""
 LOST: Final = "lost"
 """Lost runs the reaper gave another run (a lost run that failed the task counts as failed)."""
 DEAD: Final = "dead"
 """Callback deliveries given up."""
-SERIES: Final = (SUBMITTED, STARTED, *(s.value for s in sorted(TERMINAL)), RETRIED, LOST, DEAD)
-"""Every metric of the series."""
+WAIT: Final = "wait"
+"""The histogram of the waits from submit (or the scheduled start) to the first claim."""
+RUN: Final = "run"
+"""The histogram of the run times, from the first claim to the end, of the tasks that ended."""
+COUNTED: Final = (SUBMITTED, STARTED, *(s.value for s in sorted(TERMINAL)), RETRIED, LOST, DEAD)
+"""The metrics of the series that count (their bucket is :data:`NO_DURATION`)."""
+TIMED: Final = (WAIT, RUN)
+"""The metrics of the series that are histograms of durations."""
+ALL_JOBS: Final = ""
+"""The job name of the series of every job together."""
+UNKNOWN_JOB: Final = " "
+"""The job name of a dead delivery whose task is gone (no job has this name)."""
 
 MINUTE: Final = timedelta(minutes=1)
+FIVE_MINUTES: Final = timedelta(minutes=5)
 QUARTER: Final = timedelta(minutes=15)
-STEPS: Final = (MINUTE, QUARTER)
-"""The steps a store keeps its series in: per minute, and per quarter of an hour."""
-MINUTES_KEPT: Final = timedelta(hours=3)
-"""How long the per-minute series are kept."""
+HOUR: Final = timedelta(hours=1)
+SHORT_STEPS: Final = (MINUTE, FIVE_MINUTES)
+"""The steps of a window up to two hours: counts per minute, histograms per five minutes."""
+LONG_STEPS: Final = (QUARTER, HOUR)
+"""The steps of a longer window: counts per quarter hour, histograms per hour."""
+JOB_STEP: Final = HOUR
+"""The step a store keeps each job's series in."""
+SHORT_KEPT: Final = timedelta(hours=3)
+"""How long the series in :data:`SHORT_STEPS` are kept."""
 KEPT: Final = timedelta(days=2)
-"""How long the per-quarter series are kept: the longest window a rollup reads."""
+"""How long the other series are kept: the longest window a rollup reads."""
 
 
 def bucket_of(milliseconds: float) -> int:
@@ -69,10 +89,8 @@ def bucket_of(milliseconds: float) -> int:
     return bisect_right(BOUNDS_MS, milliseconds)
 
 
-def bucket_between(start: datetime | None, end: datetime | None) -> int:
-    """The bucket of the time from ``start`` to ``end``; :data:`NO_DURATION` without both."""
-    if start is None or end is None:
-        return NO_DURATION
+def bucket_between(start: datetime, end: datetime) -> int:
+    """The bucket of the time from ``start`` to ``end``."""
     return bucket_of((end - start).total_seconds() * 1000)
 
 
@@ -113,9 +131,15 @@ def floor_to(instant: datetime, step: timedelta) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % seconds, UTC)
 
 
-def step_for(window: timedelta) -> timedelta:
-    """The step a window is read in: minutes up to two hours, quarters beyond."""
-    return MINUTE if window <= timedelta(hours=2) else QUARTER
+def window_start(now: datetime, window: timedelta, step: timedelta) -> datetime:
+    """The start of the first of the steps of ``step`` that make ``window``, the last
+    one holding ``now``."""
+    return floor_to(now, step) - window + step
+
+
+def steps_for(window: timedelta) -> tuple[timedelta, timedelta]:
+    """The steps a window is read in: its counts' and its histograms'."""
+    return SHORT_STEPS if window <= timedelta(hours=2) else LONG_STEPS
 
 
 class CurrentCount(NamedTuple):
@@ -128,8 +152,8 @@ class CurrentCount(NamedTuple):
 
 
 class SeriesCount(NamedTuple):
-    """A count of the series: ``metric`` of job ``name`` in the step from ``start``,
-    with durations in ``bucket`` (:data:`NO_DURATION` for none)."""
+    """A count of the series: ``metric`` of job ``name`` (:data:`ALL_JOBS`: every job) in
+    the step from ``start``, with durations in ``bucket`` (:data:`NO_DURATION` for a count)."""
 
     start: datetime
     metric: str
@@ -144,10 +168,16 @@ class Rollup:
 
     Attributes:
         now: the store's clock when it was read.
-        window: how far back the series go.
-        step: the width of each point of the series.
+        window: how far back the series go (whole steps of ``timed_step``).
+        step: the width of each point of the counts' series.
+        timed_step: the width of each point of the histograms' series.
         counts: the current counts, by status, job and owner.
-        series: the series' counts of the window, one per step, metric, job and bucket.
+        series: every job's counts together (name :data:`ALL_JOBS`), one per step
+            and metric.
+        timings: every job's histograms together, one count per timed step,
+            metric and bucket.
+        jobs: each job's counts and histograms, summed over the hours the
+            window touches (each at the first of them).
         oldest_waiting: the submitted task due to start that has waited longest
             (by its last write), if any.
     """
@@ -155,58 +185,67 @@ class Rollup:
     now: datetime
     window: timedelta
     step: timedelta
+    timed_step: timedelta
     counts: list[CurrentCount]
     series: list[SeriesCount]
+    timings: list[SeriesCount]
+    jobs: list[SeriesCount]
     oldest_waiting: Task | None = None
-    _by_step: dict[tuple[datetime, str], int] = field(default_factory=dict, repr=False)
+    _by_step: dict[tuple[datetime, str], Counter[int]] = field(default_factory=dict, repr=False)
+    _by_job: dict[tuple[str, str], Counter[int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        totals: Counter[tuple[datetime, str]] = Counter()
-        for count in self.series:
-            totals[(count.start, count.metric)] += count.value
-        self._by_step.update(totals)
+        for count in (*self.series, *self.timings):
+            at = (count.start, count.metric)
+            self._by_step.setdefault(at, Counter())[count.bucket] += count.value
+        for count in self.jobs:
+            of = (count.name, count.metric)
+            self._by_job.setdefault(of, Counter())[count.bucket] += count.value
 
     @property
     def since(self) -> datetime:
-        """The start of the first step of the window."""
-        return floor_to(self.now, self.step) - self.window + self.step
+        """The start of the window's first step."""
+        return window_start(self.now, self.window, self.step)
 
-    def steps(self) -> list[datetime]:
-        """The start of each step of the window, oldest first; the last one is under way."""
-        count = round(self.window / self.step)
-        return [self.since + index * self.step for index in range(count)]
+    def steps(self, step: timedelta | None = None) -> list[datetime]:
+        """The start of each step (of :attr:`step`, or ``step``) of the window, oldest
+        first; the last one is under way."""
+        width = self.step if step is None else step
+        first = window_start(self.now, self.window, width)
+        return [first + index * width for index in range(round(self.window / width))]
 
     def per_step(self, metric: str) -> list[int]:
         """How many ``metric`` counted in each step of :meth:`steps`."""
-        return [self._by_step.get((start, metric), 0) for start in self.steps()]
+        empty: Counter[int] = Counter()
+        return [self._by_step.get((s, metric), empty)[NO_DURATION] for s in self.steps()]
 
-    def total(self, metric: str, *, name: str | None = None) -> int:
-        """How many ``metric`` counted over the whole window (of job ``name`` only, if given)."""
-        return sum(
-            count.value
-            for count in self.series
-            if count.metric == metric and (name is None or count.name == name)
-        )
+    def total(self, metric: str) -> int:
+        """How many ``metric`` counted over the whole window, every job's."""
+        return sum(self.per_step(metric))
 
-    def histogram(
-        self,
-        metrics: Iterable[str],
-        *,
-        name: str | None = None,
-        start: datetime | None = None,
-    ) -> dict[int, int]:
-        """The durations of ``metrics`` by bucket, over the window or in the step ``start``."""
-        wanted = set(metrics)
+    def histogram(self, metric: str, *, start: datetime | None = None) -> dict[int, int]:
+        """Every job's durations of ``metric`` by bucket, over the window or in step ``start``."""
         buckets: Counter[int] = Counter()
-        for count in self.series:
-            if (
-                count.metric in wanted
-                and count.bucket >= 0
-                and (name is None or count.name == name)
-                and (start is None or count.start == start)
-            ):
-                buckets[count.bucket] += count.value
-        return dict(buckets)
+        for (at, named), counted in self._by_step.items():
+            if named == metric and start in (None, at):
+                buckets.update(counted)
+        return {bucket: value for bucket, value in buckets.items() if bucket >= 0 and value}
+
+    def percentiles(self, metric: str, quantile: float) -> list[float | None]:
+        """The ``quantile`` of every job's durations of ``metric`` in each timed step
+        (``steps(timed_step)``), in seconds."""
+        empty: Counter[int] = Counter()
+        steps = self.steps(self.timed_step)
+        return [percentile(self._by_step.get((s, metric), empty), quantile) for s in steps]
+
+    def job_total(self, name: str, metric: str) -> int:
+        """How many ``metric`` job ``name`` counted in the hours the window touches."""
+        return self._by_job.get((name, metric), Counter())[NO_DURATION]
+
+    def job_histogram(self, name: str, metric: str) -> dict[int, int]:
+        """Job ``name``'s durations of ``metric`` by bucket, in the hours the window touches."""
+        counted = self._by_job.get((name, metric), Counter())
+        return {bucket: value for bucket, value in counted.items() if bucket >= 0 and value}
 
     def status_counts(self) -> dict[TaskStatus, int]:
         """How many tasks are in each status now (zero for an empty one)."""
@@ -227,7 +266,7 @@ class Rollup:
 
     def names(self) -> list[str]:
         """The jobs the window's series or the current counts name, sorted."""
-        return sorted({c.name for c in self.series} | {c.name for c in self.counts if c.value})
+        return sorted({c.name for c in self.jobs} | {c.name for c in self.counts if c.value})
 
 
 CountChange = tuple[tuple[TaskStatus, str, str | None], int]
@@ -240,8 +279,9 @@ def changes_of(
     """What one committed write of a task changes in the rollup: the rule every store keeps.
 
     ``before`` is the row before the write (None for an insert), ``after`` the
-    row after it (None for a delete). The SQL stores keep the same rule in
-    triggers (migration 0014); the contract suite holds them to each other.
+    row after it (None for a delete). The series are by minute and job. The
+    SQL stores keep the same rule in triggers (migration 0014); the contract
+    suite holds them to each other.
     """
     if after is None:
         return ([] if before is None else [(_key(before), -1)]), []
@@ -252,10 +292,9 @@ def changes_of(
         counts = [(_key(before), -1), (_key(after), 1)]
         series = []
         if before.status is TaskStatus.SUBMITTED and after.status is TaskStatus.WORKING:
-            series.append(_started(after, minute))
+            series += _started(after, minute)
         if after.status in TERMINAL:
-            bucket = bucket_between(after.started_at, after.finished_at)
-            series.append(SeriesCount(minute, after.status.value, after.name, bucket, 1))
+            series += _ended(after, minute)
         return counts, series
     if before.worker_id is None or after.worker_id is not None:
         return [], []
@@ -269,47 +308,74 @@ def _key(task: Task) -> tuple[TaskStatus, str, str | None]:
     return task.status, task.name, task.owner
 
 
-def _started(task: Task, minute: datetime) -> SeriesCount:
-    """The first start of ``task``, by its wait from submit or from its scheduled start."""
-    due = task.created_at if task.run_at is None else max(task.created_at, task.run_at)
-    return SeriesCount(minute, STARTED, task.name, bucket_between(due, task.started_at), 1)
+def _started(task: Task, minute: datetime) -> list[SeriesCount]:
+    """The first start of ``task``, and its wait from submit or from its scheduled start."""
+    series = [SeriesCount(minute, STARTED, task.name, NO_DURATION, 1)]
+    if task.started_at is not None:
+        due = task.created_at if task.run_at is None else max(task.created_at, task.run_at)
+        series.append(SeriesCount(minute, WAIT, task.name, bucket_between(due, task.started_at), 1))
+    return series
+
+
+def _ended(task: Task, minute: datetime) -> list[SeriesCount]:
+    """The end of ``task`` in its status, and its run time if it started."""
+    series = [SeriesCount(minute, task.status.value, task.name, NO_DURATION, 1)]
+    if task.started_at is not None and task.finished_at is not None:
+        bucket = bucket_between(task.started_at, task.finished_at)
+        series.append(SeriesCount(minute, RUN, task.name, bucket, 1))
+    return series
 
 
 def _inserted(task: Task) -> list[SeriesCount]:
     """The series of a row inserted as it is: a new task, or one loaded whole (a backfill)."""
     series = [SeriesCount(floor_to(task.created_at, MINUTE), SUBMITTED, task.name, NO_DURATION, 1)]
     if task.started_at is not None:
-        series.append(_started(task, floor_to(task.started_at, MINUTE)))
+        series += _started(task, floor_to(task.started_at, MINUTE))
     if task.status in TERMINAL and task.finished_at is not None:
-        bucket = bucket_between(task.started_at, task.finished_at)
-        minute = floor_to(task.finished_at, MINUTE)
-        series.append(SeriesCount(minute, task.status.value, task.name, bucket, 1))
+        series += _ended(task, floor_to(task.finished_at, MINUTE))
     return series
 
 
-def in_steps(counts: Iterable[SeriesCount], step: timedelta) -> list[SeriesCount]:
-    """``counts`` summed into steps of ``step`` (each start floored to its step)."""
+def in_steps(
+    counts: Iterable[SeriesCount],
+    step: timedelta,
+    *,
+    by_job: bool = False,
+    since: datetime | None = None,
+) -> list[SeriesCount]:
+    """``counts`` summed into steps of ``step`` (each start floored to its step, or all
+    at ``since`` when given), every job's together (:data:`ALL_JOBS`) unless ``by_job``."""
     totals: Counter[tuple[datetime, str, str, int]] = Counter()
     for count in counts:
-        key = (floor_to(count.start, step), count.metric, count.name, count.bucket)
-        totals[key] += count.value
+        name = count.name if by_job else ALL_JOBS
+        start = floor_to(count.start, step) if since is None else since
+        totals[(start, count.metric, name, count.bucket)] += count.value
     return [SeriesCount(*key, total) for key, total in sorted(totals.items()) if total]
 
 
 __all__ = [
+    "ALL_JOBS",
     "BOUNDS_MS",
+    "COUNTED",
     "DEAD",
+    "FIVE_MINUTES",
+    "HOUR",
+    "JOB_STEP",
     "KEPT",
+    "LONG_STEPS",
     "LOST",
     "MINUTE",
-    "MINUTES_KEPT",
     "NO_DURATION",
     "QUARTER",
     "RETRIED",
-    "SERIES",
+    "RUN",
+    "SHORT_KEPT",
+    "SHORT_STEPS",
     "STARTED",
-    "STEPS",
     "SUBMITTED",
+    "TIMED",
+    "UNKNOWN_JOB",
+    "WAIT",
     "CurrentCount",
     "Rollup",
     "SeriesCount",
@@ -320,5 +386,6 @@ __all__ = [
     "floor_to",
     "in_steps",
     "percentile",
-    "step_for",
+    "steps_for",
+    "window_start",
 ]

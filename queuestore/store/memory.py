@@ -17,12 +17,15 @@ from queuestore.core.models import TERMINAL, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import (
     DEAD,
+    JOB_STEP,
     MINUTE,
     NO_DURATION,
+    UNKNOWN_JOB,
     CurrentCount,
     SeriesCount,
     changes_of,
     floor_to,
+    in_steps,
 )
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.core.workers import Worker
@@ -360,7 +363,7 @@ class InMemoryTaskStore(TaskStore):
             if settlement.state is DeliveryState.DEAD:
                 task = self._tasks.get(delivery.task_id)
                 minute = floor_to(self._now(), MINUTE)
-                name = "" if task is None else task.name
+                name = UNKNOWN_JOB if task is None else task.name
                 self._series[(minute, DEAD, name, NO_DURATION)] += 1
             if settlement.retry_at is not None:  # the callback's later ones wait behind it
                 self._hold_back(key, delivery_id, settlement.retry_at)
@@ -405,9 +408,9 @@ class InMemoryTaskStore(TaskStore):
     def _fold_rollup(self) -> int:
         return 0  # counted as written
 
-    def _prune_rollup(self, minutes_before: datetime, quarters_before: datetime) -> None:
-        with self._changed:
-            for old in [old for old in self._series if old[0] < quarters_before]:
+    def _prune_rollup(self, short_before: datetime, long_before: datetime) -> None:
+        with self._changed:  # by minute: kept as long as the longest step
+            for old in [old for old in self._series if old[0] < long_before]:
                 del self._series[old]
             for zero in [zero for zero, count in self._counts.items() if not count]:
                 del self._counts[zero]
@@ -416,13 +419,17 @@ class InMemoryTaskStore(TaskStore):
         with self._changed:
             return [CurrentCount(*key, count) for key, count in self._counts.items() if count]
 
-    def _series_counts(self, step: timedelta, since: datetime) -> list[SeriesCount]:
+    def _minutes(self, since: datetime) -> list[SeriesCount]:
+        """The series by minute and job from ``since`` on."""
         with self._changed:
-            return [
-                SeriesCount(*key, count)
-                for key, count in self._series.items()
-                if key[0] >= since and count
-            ]
+            return [SeriesCount(*key, n) for key, n in self._series.items() if key[0] >= since]
+
+    def _series_counts(self, step: timedelta, since: datetime, *, timed: bool) -> list[SeriesCount]:
+        minutes = [count for count in self._minutes(since) if (count.bucket >= 0) == timed]
+        return in_steps(minutes, step)
+
+    def _job_counts(self, since: datetime) -> list[SeriesCount]:
+        return in_steps(self._minutes(since), JOB_STEP, by_job=True, since=since)
 
     def _oldest_waiting(self, now: datetime) -> Task | None:
         with self._changed:

@@ -17,16 +17,17 @@ from queuestore.core import validation as check
 from queuestore.core.errors import InvalidTaskData
 from queuestore.core.models import Task
 from queuestore.core.rollup import (
+    JOB_STEP,
     KEPT,
+    LONG_STEPS,
     MINUTE,
-    MINUTES_KEPT,
-    QUARTER,
+    SHORT_KEPT,
     CurrentCount,
     Rollup,
     SeriesCount,
     floor_to,
-    in_steps,
-    step_for,
+    steps_for,
+    window_start,
 )
 from queuestore.core.workers import Worker
 from queuestore.store.backend import StoreBackend
@@ -50,17 +51,24 @@ class OperatorVerbs(StoreBackend):
         """
 
     @abstractmethod
-    def _prune_rollup(self, minutes_before: datetime, quarters_before: datetime) -> None:
-        """Drop the series' minutes before ``minutes_before``, quarters before
-        ``quarters_before``, and the current counts that are zero."""
+    def _prune_rollup(self, short_before: datetime, long_before: datetime) -> None:
+        """Drop the series in short steps (minutes, five minutes) before ``short_before``,
+        the others before ``long_before``, and the current counts that are zero."""
 
     @abstractmethod
     def _current_counts(self) -> builtins.list[CurrentCount]:
         """The current counts that are not zero, fresh entries included."""
 
     @abstractmethod
-    def _series_counts(self, step: timedelta, since: datetime) -> builtins.list[SeriesCount]:
-        """The series in steps of ``step`` (or finer, fresh entries) from ``since`` on."""
+    def _series_counts(
+        self, step: timedelta, since: datetime, *, timed: bool
+    ) -> builtins.list[SeriesCount]:
+        """Every job's counts (or, ``timed``, histograms) together
+        (:data:`~queuestore.core.rollup.ALL_JOBS`) from ``since`` on, summed per ``step``."""
+
+    @abstractmethod
+    def _job_counts(self, since: datetime) -> builtins.list[SeriesCount]:
+        """Each job's series from the hour ``since`` on, summed (each count at ``since``)."""
 
     @abstractmethod
     def _oldest_waiting(self, now: datetime) -> Task | None:
@@ -84,26 +92,31 @@ class OperatorVerbs(StoreBackend):
     def rollup(self, window: timedelta = HOUR) -> Rollup:
         """Every owner's counts now, and the series over the last ``window``.
 
-        The fresh entries are folded first (see :meth:`fold_rollup`). The
-        series come per minute for a window up to two hours, per quarter hour
-        beyond; ``window`` is rounded up to whole steps.
+        The fresh entries are folded first (see :meth:`fold_rollup`). Every
+        job's counts come together per minute for a window up to two hours,
+        per quarter hour beyond, and their durations per five minutes, or per
+        hour (``window`` is rounded up to whole steps of these); each job's are
+        summed over the hours the window touches.
 
         Raises:
-            InvalidTaskData: ``window`` is not between a minute and two days.
+            InvalidTaskData: ``window`` is not between a minute and 47 hours.
         """
-        if not isinstance(window, timedelta) or not MINUTE <= window <= KEPT:
+        if not isinstance(window, timedelta) or not MINUTE <= window <= KEPT - LONG_STEPS[1]:
             raise InvalidTaskData("must be a timedelta from a minute to two days", field="window")
-        step = step_for(window)
-        window = step * -(-window // step)
+        step, timed_step = steps_for(window)
+        window = timed_step * -(-window // timed_step)
         self._fold_rollup()
         now = self._now()
-        since = floor_to(now, step) - window + step
+        since = window_start(now, window, timed_step)
         return Rollup(
             now=now,
             window=window,
             step=step,
+            timed_step=timed_step,
             counts=self._current_counts(),
-            series=in_steps(self._series_counts(step, since), step),
+            series=self._series_counts(step, window_start(now, window, step), timed=False),
+            timings=self._series_counts(timed_step, since, timed=True),
+            jobs=self._job_counts(floor_to(since, JOB_STEP)),
             oldest_waiting=self._oldest_waiting(now),
         )
 
@@ -118,7 +131,7 @@ class OperatorVerbs(StoreBackend):
         """
         folded = self._fold_rollup()
         now = self._now()
-        self._prune_rollup(floor_to(now - MINUTES_KEPT, MINUTE), floor_to(now - KEPT, QUARTER))
+        self._prune_rollup(now - SHORT_KEPT, now - KEPT)
         return folded
 
     def beat_worker(

@@ -23,8 +23,10 @@ from queuestore.core.rollup import (
     LOST,
     NO_DURATION,
     RETRIED,
+    RUN,
     STARTED,
     SUBMITTED,
+    WAIT,
     Rollup,
     bucket_between,
     percentile,
@@ -71,6 +73,7 @@ def test_the_series_count_submits_starts_and_ends_by_their_durations(store: Task
     failing = store.create("mail.send", owner="bob")
     started = store.claim(done.id, "w:1:a", LEASE)
     assert started is not None
+    assert started.started_at is not None
     store.claim(failing.id, "w:1:b", LEASE)
     time.sleep(0.01)
     finished = store.report(done.id, "w:1:a", status="completed", result=1)
@@ -86,16 +89,21 @@ def test_the_series_count_submits_starts_and_ends_by_their_durations(store: Task
         1,
         1,
     )
-    assert rollup.total("completed", name="mail.send") == 0
-    assert rollup.histogram([STARTED], name="reports.build") == {
+    assert rollup.job_total("mail.send", "completed") == 0
+    assert rollup.job_total("mail.send", "failed") == 1
+    assert rollup.job_histogram("reports.build", WAIT) == {
         bucket_between(done.created_at, started.started_at): 1
     }
-    assert rollup.histogram(["completed"]) == {
-        bucket_between(finished.started_at, finished.finished_at): 1
-    }
+    assert finished.started_at is not None
+    assert finished.finished_at is not None
+    run = bucket_between(finished.started_at, finished.finished_at)
+    assert rollup.job_histogram("reports.build", RUN) == {run: 1}
     # Cancelled before it started: counted, with no run time.
-    assert rollup.histogram(["cancelled"]) == {}
+    assert sum(rollup.histogram(RUN).values()) == 2
     assert [c.bucket for c in rollup.series if c.metric == "cancelled"] == [NO_DURATION]
+    assert rollup.names() == ["mail.send", "reports.build"]
+    assert rollup.percentiles(RUN, 0.5)[-1] is not None  # this minute's, every job's
+    assert rollup.percentiles(RUN, 0.5)[:-2] == [None] * 10  # five minutes each
     assert sum(rollup.per_step(SUBMITTED)) == 3
     assert rollup.per_step(SUBMITTED)[-1] >= 1  # the current minute is the last step
 
@@ -108,7 +116,7 @@ def test_a_scheduled_task_waits_from_its_start_not_from_its_submit(store: TaskSt
     assert claimed is not None
     assert claimed.started_at is not None
 
-    histogram = store.rollup().histogram([STARTED])
+    histogram = store.rollup().histogram(WAIT)
 
     assert histogram == {bucket_between(start, claimed.started_at): 1}
 
@@ -141,7 +149,7 @@ def test_a_delivery_that_dies_is_counted_under_its_job(store: TaskStore) -> None
     rollup = store.rollup()
 
     assert rollup.total(DEAD) == 1
-    assert rollup.total(DEAD, name="mail.send") == 1
+    assert rollup.job_total("mail.send", DEAD) == 1
 
 
 def test_folding_changes_nothing_a_read_gives(store: TaskStore) -> None:
@@ -176,11 +184,16 @@ def test_the_day_is_read_in_quarters_and_the_hour_in_minutes(store: TaskStore) -
     hour, day = store.rollup(timedelta(hours=1)), store.rollup(timedelta(days=1))
 
     assert (len(hour.steps()), len(day.steps())) == (60, 96)
+    assert (len(hour.steps(hour.timed_step)), len(day.steps(day.timed_step))) == (12, 24)
     assert sum(hour.per_step("completed")) == sum(day.per_step("completed")) == 1
-    assert day.steps()[-1] <= day.now < day.steps()[-1] + day.step
+    assert sum(hour.histogram(RUN).values()) == sum(day.histogram(RUN).values()) == 1
+    for rollup in (hour, day):
+        for step in (rollup.step, rollup.timed_step):
+            last = rollup.steps(step)[-1]
+            assert last <= rollup.now < last + step
 
 
-@pytest.mark.parametrize("window", [timedelta(seconds=59), timedelta(days=3), 60])
+@pytest.mark.parametrize("window", [timedelta(seconds=59), timedelta(days=2), 60])
 def test_a_window_out_of_bounds_is_refused(store: TaskStore, window: object) -> None:
     with pytest.raises(InvalidTaskData, match="window"):
         store.rollup(window)  # type: ignore[arg-type]

@@ -188,7 +188,8 @@ def test_the_rollup_counts_the_rows_there_were_before_it(empty_engine: Engine) -
         ("completed", "bob", 1),
     }
     assert rollup.total("submitted") == 2
-    assert rollup.histogram(["completed"]) == {bucket_of(3000): 1}
+    assert rollup.histogram("run") == {bucket_of(3000): 1}
+    assert rollup.job_total("x.y", "completed") == 1
     with empty_engine.begin() as connection:
         downgrade(connection, "0011")
     assert "queuestore_rollup_counts" not in inspect(empty_engine).get_table_names()

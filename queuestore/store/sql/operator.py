@@ -10,17 +10,27 @@ the series in one transaction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, cast
 
-from sqlalchemy import Connection, Table, bindparam, delete, or_, select, text
+from sqlalchemy import (
+    Connection,
+    Table,
+    TextClause,
+    bindparam,
+    delete,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from queuestore.core.models import TaskStatus
-from queuestore.core.rollup import QUARTER, CurrentCount, SeriesCount
+from queuestore.core.rollup import ALL_JOBS, CurrentCount, SeriesCount
 from queuestore.core.workers import Worker
 from queuestore.store.sql.schema import (
     RollupCountRow,
+    RollupJobRow,
     RollupSeriesRow,
     UTCDateTime,
     WorkerRow,
@@ -28,13 +38,21 @@ from queuestore.store.sql.schema import (
 
 COUNTS = cast(Table, RollupCountRow.__table__)
 SERIES = cast(Table, RollupSeriesRow.__table__)
+JOBS = cast(Table, RollupJobRow.__table__)
 WORKERS = cast(Table, WorkerRow.__table__)
 W = WORKERS.c
 
 FOLD_LOCK: Final = (3, 0)
 """The advisory lock (PostgreSQL) a fold holds: one fold at a time, the others skip."""
 
-_QUARTER_SECONDS: Final = int(QUARTER.total_seconds())
+STEPS: Final = ((60, False), (300, True), (900, False), (3600, True))
+"""The steps of every job's series a fold writes: ``(step seconds, timed)``. Counts per
+minute and quarter hour, histograms (timed) per five minutes and hour."""
+
+SHORT_STEPS: Final = (60, 300)
+"""The steps pruned after ``SHORT_KEPT``, the others after ``KEPT``."""
+
+_STEP_ROWS = ", ".join(f"({step}, {str(timed).lower()})" for step, timed in STEPS)
 
 FOLD_POSTGRES = text(
     f"""
@@ -48,24 +66,50 @@ WITH moved AS (
 ), stepped AS (
     SELECT steps.step,
         to_timestamp(floor(extract(epoch FROM moved.minute) / steps.step) * steps.step) AS start,
-        moved.metric, moved.name, moved.bucket, moved.delta
-    FROM moved CROSS JOIN (VALUES (60), ({_QUARTER_SECONDS})) AS steps(step)
-    WHERE moved.minute IS NOT NULL
+        moved.metric, moved.bucket, moved.delta
+    FROM moved CROSS JOIN (VALUES {_STEP_ROWS}) AS steps(step, timed)
+    WHERE moved.minute IS NOT NULL AND steps.timed = (moved.bucket >= 0)
 ), stepped_in AS (
-    INSERT INTO queuestore_rollup_series AS s (step, start, metric, name, bucket, count)
-    SELECT step, start, metric, name, bucket, sum(delta) FROM stepped
-    GROUP BY step, start, metric, name, bucket ORDER BY step, start, metric, name, bucket
-    ON CONFLICT (step, start, metric, name, bucket) DO UPDATE SET count = s.count + excluded.count
+    INSERT INTO queuestore_rollup_series AS s (step, start, metric, bucket, count)
+    SELECT step, start, metric, bucket, sum(delta) FROM stepped
+    GROUP BY step, start, metric, bucket ORDER BY step, start, metric, bucket
+    ON CONFLICT (step, start, metric, bucket) DO UPDATE SET count = s.count + excluded.count
+), jobs_in AS (
+    INSERT INTO queuestore_rollup_jobs AS j (start, name, metric, bucket, count)
+    SELECT date_trunc('hour', minute), name, metric, bucket, sum(delta) FROM moved
+    WHERE minute IS NOT NULL
+    GROUP BY 1, name, metric, bucket ORDER BY 1, name, metric, bucket
+    ON CONFLICT (start, name, metric, bucket) DO UPDATE SET count = j.count + excluded.count
 )
 SELECT count(*) FROM moved
 """
 )
-"""Move every fresh entry into the counts and both steps of the series, in one statement."""
+"""Move every fresh entry into the counts, every job's series (:data:`STEPS`) and each
+job's per hour, in one statement."""
 
-_QUARTER_OF = (  # the colon escaped: text() would read ":00" as a parameter
-    "substr(minute, 1, 14) || printf('%02d', CAST(substr(minute, 15, 2) AS INTEGER) / 15 * 15)"
-    " || '\\:00.000000'"
-)
+
+def _sqlite_floor(step: int | str) -> str:
+    """A stored minute floored to its step of ``step`` seconds, stored the same way."""
+    return (
+        f"strftime('%Y-%m-%d %H:%M:%S.000000', "
+        f"CAST(strftime('%s', minute) AS INTEGER) / {step} * {step}, 'unixepoch')"
+    )
+
+
+def _sqlite_fold(step: int, timed: bool) -> TextClause:
+    start = _sqlite_floor(step)
+    return text(
+        f"""
+INSERT INTO queuestore_rollup_series (step, start, metric, bucket, count)
+SELECT {step}, {start}, metric, bucket, sum(delta) FROM queuestore_rollup_log
+WHERE minute IS NOT NULL AND bucket {">=" if timed else "<"} 0 GROUP BY {start}, metric, bucket
+ON CONFLICT (step, start, metric, bucket) DO UPDATE SET count = count + excluded.count
+"""
+    )
+
+
+_HOUR = _sqlite_floor(3600)
+
 FOLD_SQLITE = [
     text(
         """
@@ -75,16 +119,14 @@ GROUP BY metric, name, owner
 ON CONFLICT (status, name, owner) DO UPDATE SET count = count + excluded.count
 """
     ),
-    *(
-        text(
-            f"""
-INSERT INTO queuestore_rollup_series (step, start, metric, name, bucket, count)
-SELECT {step}, {start}, metric, name, bucket, sum(delta) FROM queuestore_rollup_log
-WHERE minute IS NOT NULL GROUP BY {start}, metric, name, bucket
-ON CONFLICT (step, start, metric, name, bucket) DO UPDATE SET count = count + excluded.count
+    *(_sqlite_fold(*step) for step in STEPS),
+    text(
+        f"""
+INSERT INTO queuestore_rollup_jobs (start, name, metric, bucket, count)
+SELECT {_HOUR}, name, metric, bucket, sum(delta) FROM queuestore_rollup_log
+WHERE minute IS NOT NULL GROUP BY {_HOUR}, name, metric, bucket
+ON CONFLICT (start, name, metric, bucket) DO UPDATE SET count = count + excluded.count
 """
-        )
-        for step, start in ((60, "minute"), (_QUARTER_SECONDS, _QUARTER_OF))
     ),
 ]
 """The fold on SQLite, in one transaction with :data:`EMPTY_LOG`: its first write
@@ -104,21 +146,43 @@ SELECT status, name, owner, sum(count) AS count FROM (
 )
 """The counts now: the folded ones and the fresh entries."""
 
-SERIES_SINCE = (
-    text(
-        """
-SELECT start, metric, name, bucket, sum(count) AS count FROM (
-    SELECT start, metric, name, bucket, count FROM queuestore_rollup_series
-    WHERE step = :step AND start >= :since
+_EPOCH = {
+    "postgresql": "CAST(extract(epoch FROM {}) AS bigint)",
+    "sqlite": "CAST(strftime('%s', {}) AS INTEGER)",
+}
+"""A stored time as whole seconds since the epoch: cheaper to read than a timestamp."""
+
+
+def series_since(dialect: str, *, timed: bool) -> TextClause:
+    """Every job's counts (or, ``timed``, histograms) together from ``:since`` in steps of
+    ``:step`` seconds (the fresh entries floored to their steps), each step's start in
+    seconds since the epoch."""
+    which = f"bucket {'>=' if timed else '<'} 0"
+    epoch = _EPOCH[dialect]
+    return text(
+        f"""
+SELECT start, metric, bucket, sum(count) AS count FROM (
+    SELECT {epoch.format("start")} AS start, metric, bucket, count
+    FROM queuestore_rollup_series
+    WHERE step = :step AND start >= :since AND {which}
     UNION ALL
-    SELECT minute, metric, name, bucket, delta FROM queuestore_rollup_log WHERE minute >= :since
-) AS series GROUP BY start, metric, name, bucket HAVING sum(count) <> 0
+    SELECT {epoch.format("minute")} / :step * :step, metric, bucket, delta
+    FROM queuestore_rollup_log WHERE minute >= :since AND {which}
+) AS series GROUP BY start, metric, bucket HAVING sum(count) <> 0
 """
-    )
-    .bindparams(bindparam("since", type_=UTCDateTime()))
-    .columns(start=UTCDateTime())
-)
-"""The series from ``:since`` in steps of ``:step`` seconds, the fresh entries by minute."""
+    ).bindparams(bindparam("since", type_=UTCDateTime()))
+
+
+JOBS_SINCE = text(
+    """
+SELECT name, metric, bucket, sum(count) AS count FROM (
+    SELECT name, metric, bucket, count FROM queuestore_rollup_jobs WHERE start >= :since
+    UNION ALL
+    SELECT name, metric, bucket, delta FROM queuestore_rollup_log WHERE minute >= :since
+) AS jobs GROUP BY name, metric, bucket HAVING sum(count) <> 0
+"""
+).bindparams(bindparam("since", type_=UTCDateTime()))
+"""Each job's series summed from the hour ``:since`` on."""
 
 
 def fold(connection: Connection, *, postgres: bool) -> int:
@@ -139,17 +203,18 @@ def fold(connection: Connection, *, postgres: bool) -> int:
     return moved
 
 
-def prune(connection: Connection, minutes_before: datetime, quarters_before: datetime) -> None:
-    """Drop the old steps of the series and the counts that are zero."""
+def prune(connection: Connection, short_before: datetime, long_before: datetime) -> None:
+    """Drop the old steps of the series (:data:`SHORT_STEPS` sooner) and the zero counts."""
     s = SERIES.c
     connection.execute(
         delete(SERIES).where(
             or_(
-                (s.step == 60) & (s.start < minutes_before),
-                (s.step == _QUARTER_SECONDS) & (s.start < quarters_before),
+                s.step.in_(SHORT_STEPS) & (s.start < short_before),
+                s.step.not_in(SHORT_STEPS) & (s.start < long_before),
             )
         )
     )
+    connection.execute(delete(JOBS).where(JOBS.c.start < long_before))
     connection.execute(delete(COUNTS).where(COUNTS.c.count == 0))
 
 
@@ -161,12 +226,24 @@ def current_counts(connection: Connection) -> list[CurrentCount]:
     ]
 
 
-def series(connection: Connection, step: timedelta, since: datetime) -> list[SeriesCount]:
-    """The series from ``since`` in steps of ``step`` (the fresh entries by minute)."""
-    rows = connection.execute(SERIES_SINCE, {"step": int(step.total_seconds()), "since": since})
+def series(
+    connection: Connection, step: timedelta, since: datetime, *, timed: bool
+) -> list[SeriesCount]:
+    """Every job's counts (or histograms) together from ``since`` in steps of ``step``."""
+    statement = series_since(connection.dialect.name, timed=timed)
+    rows = connection.execute(statement, {"step": int(step.total_seconds()), "since": since})
     return [
-        SeriesCount(start, metric, name, bucket, int(count))
-        for start, metric, name, bucket, count in rows
+        SeriesCount(datetime.fromtimestamp(start, UTC), metric, ALL_JOBS, bucket, int(count))
+        for start, metric, bucket, count in rows.all()
+    ]
+
+
+def jobs(connection: Connection, since: datetime) -> list[SeriesCount]:
+    """Each job's series summed from the hour ``since`` on (as one count at ``since``)."""
+    rows = connection.execute(JOBS_SINCE, {"since": since})
+    return [
+        SeriesCount(since, metric, name, bucket, int(count))
+        for name, metric, bucket, count in rows.all()
     ]
 
 

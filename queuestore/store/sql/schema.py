@@ -316,8 +316,8 @@ ROLLUP_LOG = Table(
 )
 """The rollup's fresh entries: triggers on the tasks and the deliveries append one per
 change (no row is ever updated, so writers never wait on each other), and
-``fold_rollup`` moves them into :class:`RollupCountRow` and :class:`RollupSeriesRow`
-(migration 0014 and :mod:`queuestore.core.rollup` say what is counted)."""
+``fold_rollup`` moves them into :class:`RollupCountRow`, :class:`RollupSeriesRow` and
+:class:`RollupJobRow` (migration 0014 and :mod:`queuestore.core.rollup` say what is counted)."""
 
 
 class RollupCountRow(Base):
@@ -332,14 +332,26 @@ class RollupCountRow(Base):
 
 
 class RollupSeriesRow(Base):
-    """A count of the series in the step of ``step`` seconds from ``start``, as folded."""
+    """Every job's count of a metric (in a bucket) in the step of ``step`` seconds from
+    ``start``, as folded."""
 
     __tablename__ = "queuestore_rollup_series"
 
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     metric: Mapped[str] = mapped_column(String(20), primary_key=True)
+    bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+
+class RollupJobRow(Base):
+    """A job's count of a metric (in a bucket) in the hour from ``start``, as folded."""
+
+    __tablename__ = "queuestore_rollup_jobs"
+
+    start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(20), primary_key=True)
     bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
 

@@ -492,17 +492,21 @@ class SqlTaskStore(TaskStore):
         with self._transaction() as connection:
             return operator.fold(connection, postgres=self._postgres)
 
-    def _prune_rollup(self, minutes_before: datetime, quarters_before: datetime) -> None:
+    def _prune_rollup(self, short_before: datetime, long_before: datetime) -> None:
         with self._transaction() as connection:
-            operator.prune(connection, minutes_before, quarters_before)
+            operator.prune(connection, short_before, long_before)
 
     def _current_counts(self) -> list[CurrentCount]:
         with self._executor.connection() as connection:
             return operator.current_counts(connection)
 
-    def _series_counts(self, step: timedelta, since: datetime) -> list[SeriesCount]:
+    def _series_counts(self, step: timedelta, since: datetime, *, timed: bool) -> list[SeriesCount]:
         with self._executor.connection() as connection:
-            return operator.series(connection, step, since)
+            return operator.series(connection, step, since, timed=timed)
+
+    def _job_counts(self, since: datetime) -> list[SeriesCount]:
+        with self._executor.connection() as connection:
+            return operator.jobs(connection, since)
 
     def _oldest_waiting(self, now: datetime) -> Task | None:
         found = self._rows(queries.oldest_waiting(self._clock.at(now)))

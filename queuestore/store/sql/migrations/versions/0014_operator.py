@@ -2,20 +2,20 @@
 
 The rollup counts what happens to the tasks so that the overview never scans
 them (:mod:`queuestore.core.rollup` has the rule, which the in-memory store
-keeps in Python). Triggers append one entry per change to
-``queuestore_rollup_log`` and never update a row, so that two writers never
-wait on each other's counts; ``fold_rollup`` (the janitor, and each read of the
-overview) moves the entries into ``queuestore_rollup_counts`` (tasks by
-status, job and owner now) and ``queuestore_rollup_series`` (per minute and per
-quarter hour: submitted, started by wait, ended by status and run time,
-retried, lost, dead deliveries). The triggers:
+keeps in Python). Triggers append entries to ``queuestore_rollup_log`` and
+never update a row, so that two writers never wait on each other's counts;
+``fold_rollup`` (the janitor, and each read of the overview) moves the entries
+into ``queuestore_rollup_counts`` (tasks by status, job and owner now),
+``queuestore_rollup_series`` (every job's counts per minute and per quarter
+hour, their histograms per five minutes and per hour) and
+``queuestore_rollup_jobs`` (each job's, per hour). The triggers:
 
 - a task inserted counts in its status, and as submitted in its minute (a
   row loaded whole, already started or ended, counts those too);
 - a status change moves the task's count; the first claim (``submitted`` to
-  ``working``) counts as started, by the wait from submit or from the
-  scheduled start; an end counts in its status, by the run time from the
-  first claim (bucket -1: never started);
+  ``working``) counts as started, with its wait from submit or from the
+  scheduled start (histogram ``wait``); an end counts in its status, with its
+  run time from the first claim if it started (histogram ``run``);
 - a run released while the task stays ``working`` counts as retried (its
   errors grew), or, unless it was suspended, as lost (the reaper's retry);
 - a deleted task leaves its count (and a TRUNCATE empties the counts);
@@ -73,36 +73,49 @@ BEGIN
         (NULL, NEW.status, NEW.name, coalesce(NEW.owner, ''), -1, 1),
         (date_trunc('minute', NEW.created_at), 'submitted', NEW.name, '', -1, 1);
     IF NEW.started_at IS NOT NULL THEN
-        {LOG} VALUES (date_trunc('minute', NEW.started_at), 'started', NEW.name, '',
-            queuestore_rollup_bucket({PG_DUE}, NEW.started_at), 1);
+        {LOG} VALUES
+            (date_trunc('minute', NEW.started_at), 'started', NEW.name, '', -1, 1),
+            (date_trunc('minute', NEW.started_at), 'wait', NEW.name, '',
+                queuestore_rollup_bucket({PG_DUE}, NEW.started_at), 1);
     END IF;
     IF NEW.status IN {TERMINAL} AND NEW.finished_at IS NOT NULL THEN
-        {LOG} VALUES (date_trunc('minute', NEW.finished_at), NEW.status, NEW.name, '',
-            queuestore_rollup_bucket(NEW.started_at, NEW.finished_at), 1);
+        {LOG} VALUES (date_trunc('minute', NEW.finished_at), NEW.status, NEW.name, '', -1, 1);
+        IF NEW.started_at IS NOT NULL THEN
+            {LOG} VALUES (date_trunc('minute', NEW.finished_at), 'run', NEW.name, '',
+                queuestore_rollup_bucket(NEW.started_at, NEW.finished_at), 1);
+        END IF;
     END IF;
     RETURN NULL;
 END
 $$"""
+
+_MOVED = """(NULL, OLD.status, OLD.name, coalesce(OLD.owner, ''), -1, -1),
+            (NULL, NEW.status, NEW.name, coalesce(NEW.owner, ''), -1, 1)"""
 
 PG_UPDATED = f"""
 CREATE FUNCTION queuestore_rollup_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     minute timestamptz := date_trunc('minute', NEW.updated_at);
 BEGIN
-    IF OLD.status IS DISTINCT FROM NEW.status THEN
-        {LOG} VALUES
-            (NULL, OLD.status, OLD.name, coalesce(OLD.owner, ''), -1, -1),
-            (NULL, NEW.status, NEW.name, coalesce(NEW.owner, ''), -1, 1);
-        IF OLD.status = 'submitted' AND NEW.status = 'working' THEN
-            {LOG} VALUES (minute, 'started', NEW.name, '',
-                queuestore_rollup_bucket({PG_DUE}, NEW.started_at), 1);
-        ELSIF NEW.status IN {TERMINAL} THEN
-            {LOG} VALUES (minute, NEW.status, NEW.name, '',
-                queuestore_rollup_bucket(NEW.started_at, NEW.finished_at), 1);
+    IF OLD.status IS NOT DISTINCT FROM NEW.status THEN
+        IF NEW.suspends <= OLD.suspends THEN
+            {LOG} VALUES (minute, CASE WHEN jsonb_array_length(NEW.errors)
+                > jsonb_array_length(OLD.errors) THEN 'retried' ELSE 'lost' END,
+                NEW.name, '', -1, 1);
         END IF;
-    ELSIF NEW.suspends <= OLD.suspends THEN
-        {LOG} VALUES (minute, CASE WHEN jsonb_array_length(NEW.errors)
-            > jsonb_array_length(OLD.errors) THEN 'retried' ELSE 'lost' END, NEW.name, '', -1, 1);
+    ELSIF OLD.status = 'submitted' AND NEW.status = 'working' THEN
+        {LOG} VALUES {_MOVED},
+            (minute, 'started', NEW.name, '', -1, 1),
+            (minute, 'wait', NEW.name, '', queuestore_rollup_bucket({PG_DUE}, NEW.started_at), 1);
+    ELSIF NEW.status IN {TERMINAL} AND NEW.started_at IS NOT NULL THEN
+        {LOG} VALUES {_MOVED},
+            (minute, NEW.status, NEW.name, '', -1, 1),
+            (minute, 'run', NEW.name, '',
+                queuestore_rollup_bucket(NEW.started_at, NEW.finished_at), 1);
+    ELSIF NEW.status IN {TERMINAL} THEN
+        {LOG} VALUES {_MOVED}, (minute, NEW.status, NEW.name, '', -1, 1);
+    ELSE
+        {LOG} VALUES {_MOVED};
     END IF;
     RETURN NULL;
 END
@@ -131,7 +144,7 @@ PG_DEAD = f"""
 CREATE FUNCTION queuestore_rollup_dead() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     {LOG} VALUES (date_trunc('minute', now()), 'dead', coalesce(
-        (SELECT name FROM queuestore_tasks WHERE id = NEW.task_id), ''), '', -1, 1);
+        (SELECT name FROM queuestore_tasks WHERE id = NEW.task_id), ' '), '', -1, 1);
     RETURN NULL;
 END
 $$"""
@@ -203,6 +216,23 @@ SQLITE_DUE = "max(NEW.created_at, coalesce(NEW.run_at, NEW.created_at))"
 SQLITE_STARTED = _sqlite_bucket(SQLITE_DUE, "NEW.started_at")
 SQLITE_RAN = _sqlite_bucket("NEW.started_at", "NEW.finished_at")
 
+
+def _sqlite_started(minute: str) -> str:
+    return f"""
+    {LOG} SELECT {minute}, 'started', NEW.name, '', -1, 1 WHERE NEW.started_at IS NOT NULL;
+    {LOG} SELECT {minute}, 'wait', NEW.name, '', {SQLITE_STARTED}, 1
+    WHERE NEW.started_at IS NOT NULL;"""
+
+
+def _sqlite_ended(minute: str) -> str:
+    return f"""
+    {LOG} SELECT {minute}, NEW.status, NEW.name, '', -1, 1 WHERE NEW.finished_at IS NOT NULL;
+    {LOG} SELECT {minute}, 'run', NEW.name, '', {SQLITE_RAN}, 1
+    WHERE NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL;"""
+
+
+_NEW_MINUTE = _sqlite_minute("NEW.updated_at")
+
 SQLITE = [
     f"""
 CREATE TRIGGER queuestore_rollup_inserted AFTER INSERT ON queuestore_tasks
@@ -210,10 +240,12 @@ FOR EACH ROW BEGIN
     {LOG} VALUES
         (NULL, NEW.status, NEW.name, coalesce(NEW.owner, ''), -1, 1),
         ({_sqlite_minute("NEW.created_at")}, 'submitted', NEW.name, '', -1, 1);
-    {LOG} SELECT {_sqlite_minute("NEW.started_at")}, 'started', NEW.name, '', {SQLITE_STARTED}, 1
-    WHERE NEW.started_at IS NOT NULL;
-    {LOG} SELECT {_sqlite_minute("NEW.finished_at")}, NEW.status, NEW.name, '', {SQLITE_RAN}, 1
-    WHERE NEW.status IN {TERMINAL} AND NEW.finished_at IS NOT NULL;
+    {_sqlite_started(_sqlite_minute("NEW.started_at"))}
+END""",
+    f"""
+CREATE TRIGGER queuestore_rollup_inserted_ended AFTER INSERT ON queuestore_tasks
+FOR EACH ROW WHEN NEW.status IN {TERMINAL} BEGIN
+    {_sqlite_ended(_sqlite_minute("NEW.finished_at"))}
 END""",
     f"""
 CREATE TRIGGER queuestore_rollup_status AFTER UPDATE OF status ON queuestore_tasks
@@ -221,17 +253,23 @@ FOR EACH ROW WHEN OLD.status IS NOT NEW.status BEGIN
     {LOG} VALUES
         (NULL, OLD.status, OLD.name, coalesce(OLD.owner, ''), -1, -1),
         (NULL, NEW.status, NEW.name, coalesce(NEW.owner, ''), -1, 1);
-    {LOG} SELECT {_sqlite_minute("NEW.updated_at")}, 'started', NEW.name, '', {SQLITE_STARTED}, 1
-    WHERE OLD.status = 'submitted' AND NEW.status = 'working';
-    {LOG} SELECT {_sqlite_minute("NEW.updated_at")}, NEW.status, NEW.name, '', {SQLITE_RAN}, 1
-    WHERE NEW.status IN {TERMINAL};
+END""",
+    f"""
+CREATE TRIGGER queuestore_rollup_started AFTER UPDATE OF status ON queuestore_tasks
+FOR EACH ROW WHEN OLD.status = 'submitted' AND NEW.status = 'working' BEGIN
+    {_sqlite_started(_NEW_MINUTE)}
+END""",
+    f"""
+CREATE TRIGGER queuestore_rollup_ended AFTER UPDATE OF status ON queuestore_tasks
+FOR EACH ROW WHEN OLD.status IS NOT NEW.status AND NEW.status IN {TERMINAL} BEGIN
+    {_sqlite_ended(_NEW_MINUTE)}
 END""",
     f"""
 CREATE TRIGGER queuestore_rollup_released AFTER UPDATE OF worker_id ON queuestore_tasks
 FOR EACH ROW WHEN OLD.status IS NEW.status AND NEW.status = 'working'
     AND OLD.worker_id IS NOT NULL AND NEW.worker_id IS NULL AND NEW.suspends <= OLD.suspends
 BEGIN
-    {LOG} VALUES ({_sqlite_minute("NEW.updated_at")}, CASE WHEN json_array_length(NEW.errors)
+    {LOG} VALUES ({_NEW_MINUTE}, CASE WHEN json_array_length(NEW.errors)
         > json_array_length(OLD.errors) THEN 'retried' ELSE 'lost' END, NEW.name, '', -1, 1);
 END""",
     f"""
@@ -243,13 +281,22 @@ END""",
 CREATE TRIGGER queuestore_rollup_dead AFTER UPDATE OF state ON queuestore_deliveries
 FOR EACH ROW WHEN NEW.state = 'dead' AND OLD.state IS NOT 'dead' BEGIN
     {LOG} VALUES (strftime('%Y-%m-%d %H:%M:00.000000', 'now'), 'dead', coalesce(
-        (SELECT name FROM queuestore_tasks WHERE id = NEW.task_id), ''), '', -1, 1);
+        (SELECT name FROM queuestore_tasks WHERE id = NEW.task_id), ' '), '', -1, 1);
 END""",
 ]
 
 DROP_SQLITE = [
     f"DROP TRIGGER IF EXISTS queuestore_rollup_{kind}"
-    for kind in ("dead", "deleted", "released", "status", "inserted")
+    for kind in (
+        "dead",
+        "deleted",
+        "released",
+        "ended",
+        "started",
+        "status",
+        "inserted_ended",
+        "inserted",
+    )
 ]
 
 # -- the rows there are already -------------------------------------------------
@@ -263,23 +310,28 @@ def _backfill_series(postgres: bool) -> list[str]:
     """The series of the last two days, from the tasks' timestamps, as the triggers count."""
     if postgres:
         minute, since = "date_trunc('minute', {})", "now() - interval '2 days'"
-        started = "queuestore_rollup_bucket(greatest(created_at, coalesce(run_at, created_at)), "
-        started += "started_at)"
-        ran = "queuestore_rollup_bucket(started_at, finished_at)"
+        wait = "queuestore_rollup_bucket(greatest(created_at, coalesce(run_at, created_at)), "
+        wait += "started_at)"
+        run = "queuestore_rollup_bucket(started_at, finished_at)"
     else:
         minute = "substr({}, 1, 16) || ':00.000000'"
         since = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 days')"
-        started = SQLITE_STARTED.replace("NEW.", "")
-        ran = SQLITE_RAN.replace("NEW.", "")
+        wait = SQLITE_STARTED.replace("NEW.", "")
+        run = SQLITE_RAN.replace("NEW.", "")
     created, began, ended = (minute.format(c) for c in ("created_at", "started_at", "finished_at"))
+    tasks = "FROM queuestore_tasks WHERE"
     return [
-        f"""{LOG} SELECT {created}, 'submitted', name, '', -1, count(*) FROM queuestore_tasks
-        WHERE created_at >= {since} GROUP BY {created}, name""",
-        f"""{LOG} SELECT {began}, 'started', name, '', {started}, count(*) FROM queuestore_tasks
-        WHERE started_at >= {since} GROUP BY {began}, name, {started}""",
-        f"""{LOG} SELECT {ended}, status, name, '', {ran}, count(*) FROM queuestore_tasks
-        WHERE finished_at >= {since} AND status IN {TERMINAL}
-        GROUP BY {ended}, status, name, {ran}""",
+        f"""{LOG} SELECT {created}, 'submitted', name, '', -1, count(*) {tasks}
+        created_at >= {since} GROUP BY {created}, name""",
+        f"""{LOG} SELECT {began}, 'started', name, '', -1, count(*) {tasks}
+        started_at >= {since} GROUP BY {began}, name""",
+        f"""{LOG} SELECT {began}, 'wait', name, '', {wait}, count(*) {tasks}
+        started_at >= {since} GROUP BY {began}, name, {wait}""",
+        f"""{LOG} SELECT {ended}, status, name, '', -1, count(*) {tasks}
+        finished_at >= {since} AND status IN {TERMINAL} GROUP BY {ended}, status, name""",
+        f"""{LOG} SELECT {ended}, 'run', name, '', {run}, count(*) {tasks}
+        finished_at >= {since} AND status IN {TERMINAL} AND started_at IS NOT NULL
+        GROUP BY {ended}, name, {run}""",
     ]
 
 
@@ -308,11 +360,21 @@ def upgrade() -> None:
         sa.Column("step", sa.Integer(), nullable=False),
         sa.Column("start", UTCDateTime(), nullable=False),
         sa.Column("metric", sa.String(20), nullable=False),
-        sa.Column("name", sa.String(200), nullable=False),
         sa.Column("bucket", sa.SmallInteger(), nullable=False),
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint(
-            "step", "start", "metric", "name", "bucket", name="pk_queuestore_rollup_series"
+            "step", "start", "metric", "bucket", name="pk_queuestore_rollup_series"
+        ),
+    )
+    op.create_table(
+        "queuestore_rollup_jobs",
+        sa.Column("start", UTCDateTime(), nullable=False),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column("metric", sa.String(20), nullable=False),
+        sa.Column("bucket", sa.SmallInteger(), nullable=False),
+        sa.Column("count", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "start", "name", "metric", "bucket", name="pk_queuestore_rollup_jobs"
         ),
     )
     op.create_table(
@@ -343,6 +405,7 @@ def downgrade() -> None:
     for statement in DROP_POSTGRES if postgres else DROP_SQLITE:
         op.execute(statement)
     op.drop_table("queuestore_workers")
+    op.drop_table("queuestore_rollup_jobs")
     op.drop_table("queuestore_rollup_series")
     op.drop_table("queuestore_rollup_counts")
     op.drop_table("queuestore_rollup_log")
