@@ -201,13 +201,20 @@ class ListQuery:
     context_id: str | None = None
     name: str | None = None
     updated_after: datetime | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
 
     def fingerprint(self) -> str:
         """A text that changes with any filter, binding cursors to their listing."""
         statuses = sorted(self.statuses) if self.statuses is not None else None
-        after = self.updated_after.isoformat() if self.updated_after else None
+        times = [
+            None if instant is None else instant.isoformat()
+            for instant in (self.updated_after, self.created_after, self.created_before)
+        ]
         # JSON keeps the parts apart: filter values may contain any separator.
-        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
+        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, *times]
+        if times[1:] == [None, None]:
+            parts = parts[:-2]  # as before the creation filters: old cursors stay valid
         return json.dumps(parts, separators=(",", ":"))
 
 

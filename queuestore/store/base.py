@@ -242,14 +242,27 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         updated_after: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> TaskPage:
         """One page of tasks, newest first, filtered inside the query.
+
+        ``created_after`` and ``created_before`` keep the tasks created in that
+        span (after the one, strictly before the other).
 
         Raises:
             InvalidCursor: ``cursor`` is malformed, altered, or from other filters.
             InvalidTaskData: a bad filter or ``limit`` outside 1..1000.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
+        )
         limit = check.limit(limit)
         after = None if cursor is None else self._cursors.decode(cursor, query.fingerprint())
         if query.scope.nobody or query.statuses == frozenset():
@@ -271,13 +284,23 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> int:
         """How many tasks :meth:`list` with the same filters walks through, in one query.
 
         Raises:
             InvalidTaskData: a bad filter.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
+        )
         if query.scope.nobody or query.statuses == frozenset():
             return 0
         return self._count(query)
@@ -292,6 +315,8 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> str:
         """The cursor of the listing with these filters whose next page starts after a task.
 
@@ -303,17 +328,28 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         Raises:
             InvalidTaskData: a bad filter, id or naive ``created_at``.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
+        )
         key = CursorKey(check.aware(created_at, "created_at"), check.task_id(task_id))
         return self._cursors.encode(key, query.fingerprint())
 
     def _list_query(
         self,
         owner: Owner,
+        *,
         status: TaskStatus | str | Iterable[TaskStatus | str] | None,
         context_id: str | None,
         name: str | None,
         updated_after: datetime | None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> ListQuery:
         return ListQuery(
             scope=self._scope(owner),
@@ -322,6 +358,12 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             name=None if name is None else check.name(name),
             updated_after=(
                 None if updated_after is None else check.aware(updated_after, "updated_after")
+            ),
+            created_after=(
+                None if created_after is None else check.aware(created_after, "created_after")
+            ),
+            created_before=(
+                None if created_before is None else check.aware(created_before, "created_before")
             ),
         )
 

@@ -582,4 +582,6 @@ def _listed(task: Task, query: ListQuery) -> bool:
         and (query.context_id is None or task.context_id == query.context_id)
         and (query.name is None or task.name == query.name)
         and (query.updated_after is None or task.updated_at > query.updated_after)
+        and (query.created_after is None or task.created_at > query.created_after)
+        and (query.created_before is None or task.created_at < query.created_before)
     )

@@ -343,6 +343,8 @@ class PageShape:
     name: bool
     updated_after: bool
     after: bool
+    created_after: bool = False
+    created_before: bool = False
 
 
 def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
@@ -356,6 +358,10 @@ def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
         conditions.append(C.name == bindparam("name", type_=C.name.type))
     if shape.updated_after:
         conditions.append(C.updated_at > bindparam("updated_after", type_=UTCDateTime))
+    if shape.created_after:
+        conditions.append(C.created_at > bindparam("created_after", type_=UTCDateTime))
+    if shape.created_before:
+        conditions.append(C.created_at < bindparam("created_before", type_=UTCDateTime))
     return conditions
 
 
@@ -832,12 +838,16 @@ def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, A
         name=query.name is not None,
         updated_after=query.updated_after is not None,
         after=after,
+        created_after=query.created_after is not None,
+        created_before=query.created_before is not None,
     )
     params: dict[str, Any] = {
         "owner": query.scope.owner,
         "context_id": query.context_id,
         "name": query.name,
         "updated_after": query.updated_after,
+        "created_after": query.created_after,
+        "created_before": query.created_before,
     }
     return shape, params
 
