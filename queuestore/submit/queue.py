@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from celery import Celery
 from pydantic import ValidationError
@@ -30,9 +30,14 @@ from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import BROKER_ERRORS, Publisher
 from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.core.concurrency import NO_LIMITS, ConcurrencyLimits
-from queuestore.core.errors import CallbackRefused, InvalidTaskData, QueueStoreError
+from queuestore.core.errors import (
+    CallbackRefused,
+    InvalidTaskData,
+    InvalidTransition,
+    QueueStoreError,
+)
 from queuestore.core.logs import quiet_revoke_bookkeeping
-from queuestore.core.models import Task, new_task_id
+from queuestore.core.models import Task, TaskStatus, new_task_id
 from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
 from queuestore.run.jobs import (
@@ -45,6 +50,13 @@ from queuestore.run.jobs import (
 from queuestore.store.base import TaskStore
 
 log = logging.getLogger(__name__)
+
+
+RESUBMITTED_FROM: Final = "queuestore.resubmitted_from"
+"""The metadata key of a resubmitted task that names the task it ran again."""
+
+RESUBMITTABLE: Final = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
+"""The statuses of the tasks :meth:`TaskQueue.resubmit` submits again."""
 
 
 class TaskQueue:
@@ -386,6 +398,33 @@ class TaskQueue:
                 "revoke of %s not sent (%s); the worker sees the cancel itself", task_id, exc
             )
         return task
+
+    def resubmit(self, task_id: str, *, owner: Owner = ANY) -> Task:
+        """Submit a failed or cancelled task's job again, as a new task linked to the old one.
+
+        A finished task stays as it ended (terminal is sticky): the new task
+        has its job, input, owner, context, ttl and priority, and its metadata
+        with :data:`RESUBMITTED_FROM` set to the old task's id. It is
+        submitted as :meth:`submit` does, with no start time, unique key or
+        callback (register one on the new task).
+
+        Raises:
+            InvalidTransition: the task is not ``failed`` or ``cancelled``.
+            InvalidTaskData: the task's input no longer fits its registered job.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        old = self.store.get(task_id, owner=owner)
+        if old.status not in RESUBMITTABLE:
+            raise InvalidTransition(old.id, old.status, None, RESUBMITTABLE)
+        return self.submit(
+            old.name,
+            old.input,
+            owner=old.owner,
+            context_id=old.context_id,
+            ttl=old.ttl,
+            metadata={**old.metadata, RESUBMITTED_FROM: old.id},
+            priority=old.priority,
+        )
 
     def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
         """Answer a task in ``input_required`` and run its job again.
