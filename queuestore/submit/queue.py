@@ -28,6 +28,7 @@ from queuestore.beat import schedule
 from queuestore.beat.reaper import reap
 from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import BROKER_ERRORS, Publisher
+from queuestore.core import tracing
 from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.core.concurrency import NO_LIMITS, ConcurrencyLimits
 from queuestore.core.errors import (
@@ -255,25 +256,28 @@ class TaskQueue:
             self.store.url_policy.check_url(callback.url)  # before anything is written
         if unique_key is not None and task_id is None:
             task_id = new_task_id()  # to tell a new task from the key's holder
-        task = self.store.create(
-            name,
-            input,
-            owner=owner,
-            context_id=context_id,
-            ttl=ttl,
-            metadata=metadata,
-            task_id=task_id,
-            run_at=_start(run_at, delay),
-            unique_key=unique_key,
-            priority=priority,
-        )
-        joined = unique_key is not None and task.id != task_id
-        if callback is not None:
-            self._register(task, callback, owner, joined=joined)
-        if joined:
-            return task  # the live task that holds the key, already on its way
-        if self.publisher.starts_soon(task) and self.publisher.admitted([task]):
-            self.publisher.try_publish(task)
+        with tracing.span("queuestore.submit", kind="producer", attributes={tracing.JOB: name}):
+            task = self.store.create(
+                name,
+                input,
+                owner=owner,
+                context_id=context_id,
+                ttl=ttl,
+                metadata=metadata,
+                task_id=task_id,
+                run_at=_start(run_at, delay),
+                unique_key=unique_key,
+                priority=priority,
+                traceparent=tracing.traceparent(),
+            )
+            tracing.annotate(task)
+            joined = unique_key is not None and task.id != task_id
+            if callback is not None:
+                self._register(task, callback, owner, joined=joined)
+            if joined:
+                return task  # the live task that holds the key, already on its way
+            if self.publisher.starts_soon(task) and self.publisher.admitted([task]):
+                self.publisher.try_publish(task)
         return task
 
     def _register(
@@ -334,6 +338,17 @@ class TaskQueue:
         """
         items = [self._creation(index, item) for index, item in enumerate(tasks)]
         callbacks = [item.pop("callback", None) for item in items]
+        with tracing.span("queuestore.submit", kind="producer"):
+            context = tracing.traceparent()
+            return self._submit_all(
+                [item | {"traceparent": context} if context else item for item in items],
+                callbacks,
+            )
+
+    def _submit_all(
+        self, items: list[dict[str, Any]], callbacks: list[CallbackRequest | None]
+    ) -> list[Task]:
+        """:meth:`submit_many` once its items are checked."""
         created = self.store.create_many(items)
         if any(callbacks):
             self._register_all(created, items, callbacks)
