@@ -181,10 +181,10 @@ def _health(app: FastAPI) -> None:
 
 def _whoami(app: FastAPI) -> None:
     @app.get("/whoami", tags=["auth"], responses=problems.responses(401))
-    async def whoami(principal: Principal) -> Whoami:
-        """Who the server takes the caller for: its principal, null when anonymous; 401 for
-        a token that is not valid."""
-        return Whoami(principal=principal)
+    async def whoami(principal: Principal, service: ServiceDep) -> Whoami:
+        """Who the server takes the caller for: its principal, null when anonymous, and
+        whether it operates the server; 401 for a token that is not valid."""
+        return Whoami(principal=principal, admin=service.is_admin(principal))
 
 
 def _metrics(app: FastAPI) -> None:
