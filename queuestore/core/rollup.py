@@ -55,6 +55,9 @@ LOST: Final = "lost"
 """Lost runs the reaper gave another run (a lost run that failed the task counts as failed)."""
 DEAD: Final = "dead"
 """Callback deliveries given up."""
+BACKLOG: Final = "backlog"
+"""The tasks waiting to start (``submitted``), sampled: the last count each step saw (a SQL
+store samples it at each fold: the janitor's, every minute, and each read's)."""
 WAIT: Final = "wait"
 """The histogram of the waits from submit (or the scheduled start) to the first claim."""
 RUN: Final = "run"
@@ -219,6 +222,11 @@ class Rollup:
         empty: Counter[int] = Counter()
         return [self._by_step.get((s, metric), empty)[NO_DURATION] for s in self.steps()]
 
+    def samples(self, metric: str) -> list[int | None]:
+        """A sampled metric (:data:`BACKLOG`) in each step of :meth:`steps`; None unsampled."""
+        found = [self._by_step.get((start, metric)) for start in self.steps()]
+        return [None if counted is None else counted[NO_DURATION] for counted in found]
+
     def total(self, metric: str) -> int:
         """How many ``metric`` counted over the whole window, every job's."""
         return sum(self.per_step(metric))
@@ -355,6 +363,7 @@ def in_steps(
 
 __all__ = [
     "ALL_JOBS",
+    "BACKLOG",
     "BOUNDS_MS",
     "COUNTED",
     "DEAD",

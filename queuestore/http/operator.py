@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from queuestore.core.errors import TaskNotFound
 from queuestore.core.models import TASK_ID_PATTERN, Task, TaskStatus
-from queuestore.core.rollup import RUN, WAIT, Rollup, percentile
+from queuestore.core.rollup import BACKLOG, RUN, WAIT, Rollup, percentile
 from queuestore.core.workers import Worker
 from queuestore.http.problems import responses
 from queuestore.http.service import Admin, Principal, ServiceDep
@@ -98,6 +98,9 @@ class Series(BaseModel):
     step_seconds: float
     starts: list[datetime] = Field(description="The start of each step; the last is under way.")
     counts: dict[str, list[int]] = Field(description="Per metric, one count per step.")
+    backlog: list[int | None] = Field(
+        description="The tasks waiting to start as last sampled in each step (null: unsampled)."
+    )
 
 
 class Latency(BaseModel):
@@ -182,6 +185,7 @@ async def overview(
             step_seconds=rollup.step.total_seconds(),
             starts=rollup.steps(),
             counts={metric: rollup.per_step(metric) for metric in SERIES},
+            backlog=rollup.samples(BACKLOG),
         ),
         latency=Latency(
             step_seconds=rollup.timed_step.total_seconds(),

@@ -16,6 +16,8 @@ from queuestore.core.errors import TaskConflict
 from queuestore.core.models import TERMINAL, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import (
+    ALL_JOBS,
+    BACKLOG,
     DEAD,
     JOB_STEP,
     MINUTE,
@@ -398,10 +400,13 @@ class InMemoryTaskStore(TaskStore):
     # -- the operator's view ----------------------------------------------
 
     def _roll(self, before: Task | None, after: Task | None) -> None:
-        """Count a write in the rollup (the lock held)."""
+        """Count a write in the rollup, and sample the backlog (the lock held)."""
         counts, series = changes_of(before, after)
         for counted, delta in counts:
             self._counts[counted] += delta
+        if any(status is TaskStatus.SUBMITTED for (status, _, _), _ in counts):
+            waiting = sum(n for (status, _, _), n in self._counts.items() if status == "submitted")
+            self._series[(floor_to(self._now(), MINUTE), BACKLOG, ALL_JOBS, NO_DURATION)] = waiting
         for count in series:
             self._series[(count.start, count.metric, count.name, count.bucket)] += count.value
 
@@ -426,10 +431,15 @@ class InMemoryTaskStore(TaskStore):
 
     def _series_counts(self, step: timedelta, since: datetime, *, timed: bool) -> list[SeriesCount]:
         minutes = [count for count in self._minutes(since) if (count.bucket >= 0) == timed]
-        return in_steps(minutes, step)
+        counted = [count for count in minutes if count.metric != BACKLOG]
+        last: dict[datetime, SeriesCount] = {}
+        for sample in sorted(count for count in minutes if count.metric == BACKLOG):
+            last[floor_to(sample.start, step)] = sample._replace(start=floor_to(sample.start, step))
+        return in_steps(counted, step) + list(last.values())
 
     def _job_counts(self, since: datetime) -> list[SeriesCount]:
-        return in_steps(self._minutes(since), JOB_STEP, by_job=True, since=since)
+        minutes = [count for count in self._minutes(since) if count.metric != BACKLOG]
+        return in_steps(minutes, JOB_STEP, by_job=True, since=since)
 
     def _oldest_waiting(self, now: datetime) -> Task | None:
         with self._changed:

@@ -135,6 +135,7 @@ def test_the_overview_gives_the_stores_numbers(http: TestClient, queue: TaskQueu
     assert sum(series["counts"]["submitted"]) == 7
     assert sum(series["counts"]["completed"]) == sum(series["counts"]["failed"]) == 1
     assert sum(series["counts"]["retried"]) == 1
+    assert series["backlog"][-1] == 5
     assert (day["series"]["step_seconds"], len(day["series"]["starts"])) == (900, 96)
     assert day["latency"]["step_seconds"] == 3600
     latency = overview["latency"]

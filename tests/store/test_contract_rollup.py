@@ -19,6 +19,7 @@ import pytest
 
 from queuestore import InvalidTaskData, TaskError, TaskStatus, TaskStore
 from queuestore.core.rollup import (
+    BACKLOG,
     DEAD,
     LOST,
     NO_DURATION,
@@ -197,6 +198,17 @@ def test_the_day_is_read_in_quarters_and_the_hour_in_minutes(store: TaskStore) -
 def test_a_window_out_of_bounds_is_refused(store: TaskStore, window: object) -> None:
     with pytest.raises(InvalidTaskData, match="window"):
         store.rollup(window)  # type: ignore[arg-type]
+
+
+def test_the_backlog_is_sampled_in_the_step_it_was_read(store: TaskStore) -> None:
+    waiting = [store.create("x.job") for _ in range(3)]
+
+    assert store.rollup().samples(BACKLOG)[-1] == 3
+    store.claim(waiting[0].id, "w:1:a", LEASE)
+    later = store.rollup()
+    assert later.samples(BACKLOG)[-1] == 2
+    assert later.samples(BACKLOG)[:-2] == [None] * 58  # no sample before: a gap, not a zero
+    assert store.rollup(timedelta(days=1)).samples(BACKLOG)[-1] == 2
 
 
 def test_the_oldest_waiting_task_is_the_one_due_written_longest_ago(store: TaskStore) -> None:

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from queuestore.core.models import TaskStatus
-from queuestore.core.rollup import ALL_JOBS, CurrentCount, SeriesCount
+from queuestore.core.rollup import ALL_JOBS, BACKLOG, CurrentCount, SeriesCount
 from queuestore.core.workers import Worker
 from queuestore.store.sql.schema import (
     RollupCountRow,
@@ -132,6 +132,27 @@ ON CONFLICT (start, name, metric, bucket) DO UPDATE SET count = count + excluded
 """The fold on SQLite, in one transaction with :data:`EMPTY_LOG`: its first write
 takes the database's write lock, so no entry comes in between."""
 
+_NOW_STEP = {
+    "postgresql": "to_timestamp(floor(extract(epoch FROM now()) / step) * step)",
+    "sqlite": "strftime('%Y-%m-%d %H:%M:%S.000000', "
+    "CAST(strftime('%s', 'now') AS INTEGER) / step * step, 'unixepoch')",
+}
+
+
+def sample_backlog(dialect: str) -> TextClause:
+    """Record the tasks waiting to start now as the ``backlog`` of the current minute and
+    quarter hour (the last sample of a step wins)."""
+    return text(
+        f"""
+INSERT INTO queuestore_rollup_series AS s (step, start, metric, bucket, count)
+SELECT step, {_NOW_STEP[dialect]}, '{BACKLOG}', -1, (
+    SELECT coalesce(sum(count), 0) FROM queuestore_rollup_counts WHERE status = 'submitted'
+) FROM (SELECT 60 AS step UNION ALL SELECT 900) AS steps WHERE true
+ON CONFLICT (step, start, metric, bucket) DO UPDATE SET count = excluded.count
+"""
+    )
+
+
 EMPTY_LOG = text("DELETE FROM queuestore_rollup_log")
 COUNT_LOG = text("SELECT count(*) FROM queuestore_rollup_log")
 
@@ -194,12 +215,14 @@ def fold(connection: Connection, *, postgres: bool) -> int:
         ).scalar_one()
         if not locked:
             return 0
-        return int(connection.execute(FOLD_POSTGRES).scalar_one())
-    moved = int(connection.execute(COUNT_LOG).scalar_one())
-    if moved:
-        for statement in FOLD_SQLITE:
-            connection.execute(statement)
-        connection.execute(EMPTY_LOG)
+        moved = int(connection.execute(FOLD_POSTGRES).scalar_one())
+    else:
+        moved = int(connection.execute(COUNT_LOG).scalar_one())
+        if moved:
+            for statement in FOLD_SQLITE:
+                connection.execute(statement)
+            connection.execute(EMPTY_LOG)
+    connection.execute(sample_backlog(connection.dialect.name))
     return moved
 
 
