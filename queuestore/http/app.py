@@ -245,7 +245,7 @@ def inline_hashes(page: str, tag: str) -> str:
 _PAGE_HEADERS: Final = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
-        f"default-src 'none'; script-src {inline_hashes(DASHBOARD_PAGE, 'script')}; "
+        f"default-src 'self'; script-src {inline_hashes(DASHBOARD_PAGE, 'script')}; "
         f"style-src {inline_hashes(DASHBOARD_PAGE, 'style')}; "
         "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
         "form-action 'none'"

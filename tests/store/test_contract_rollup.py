@@ -209,6 +209,9 @@ def test_the_backlog_is_sampled_in_the_step_it_was_read(store: TaskStore) -> Non
     assert later.samples(BACKLOG)[-1] == 2
     assert later.samples(BACKLOG)[:-2] == [None] * 58  # no sample before: a gap, not a zero
     assert store.rollup(timedelta(days=1)).samples(BACKLOG)[-1] == 2
+    for task in waiting:
+        store.cancel(task.id)
+    assert store.rollup().samples(BACKLOG)[-1] == 0  # sampled: a zero, not a gap
 
 
 def test_the_oldest_waiting_task_is_the_one_due_written_longest_ago(store: TaskStore) -> None:

@@ -189,7 +189,7 @@ SELECT start, metric, bucket, sum(count) AS count FROM (
     UNION ALL
     SELECT {epoch.format("minute")} / :step * :step, metric, bucket, delta
     FROM queuestore_rollup_log WHERE minute >= :since AND {which}
-) AS series GROUP BY start, metric, bucket HAVING sum(count) <> 0
+) AS series GROUP BY start, metric, bucket HAVING sum(count) <> 0 OR metric = '{BACKLOG}'
 """
     ).bindparams(bindparam("since", type_=UTCDateTime()))
 
