@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +36,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.integration]
 
 CHROMIUM = os.environ.get("QUEUESTORE_TEST_CHROMIUM", "/usr/bin/chromium")
 SHOTS = os.environ.get("QUEUESTORE_DASHBOARD_SHOTS")
+LOAD_MINUTES = float(os.environ.get("QUEUESTORE_DASHBOARD_LOAD_MINUTES", "8"))
+"""With SHOTS: minutes of varied work run first, so the how-to's charts have a history."""
 
 
 @pytest.fixture
@@ -48,10 +51,35 @@ def browser(shared: ModuleType, tmp_path: Path, pg: HttpDeployment) -> Iterator[
         yield chromium
 
 
+def history(api: Api, minutes: float) -> None:
+    """Varied work for ``minutes``: a steady stream with failures and retries, and every
+    two minutes a burst of slower jobs that the worker's two slots take a while to drain."""
+    with api.client("token-alice") as alice, api.client("token-bob") as bob:
+        began = time.monotonic()
+        tick = 0
+        while time.monotonic() - began < minutes * 60:
+            client = alice if tick % 3 else bob
+            steady = [
+                {"name": "http.add", "input": {"a": tick, "b": n}} for n in range(4 + tick % 7)
+            ]
+            if tick % 4 == 0:
+                steady.append({"name": "http.fail"})
+            if tick % 6 == 0:
+                steady.append({"name": "http.flaky"})
+            if tick % 12 == 6:
+                slow = {"name": "http.steps", "input": {"count": 4, "pause": 0.4}}
+                steady += [slow] * 24
+            client.post("/tasks:batch", json={"tasks": steady})
+            tick += 1
+            time.sleep(10)
+
+
 @pytest.fixture(scope="module")
 def work(api: Api) -> Iterator[dict[str, dict[str, Any]]]:
     """Two owners' tasks in every state: done, failed, retried and failed, cancelled,
     waiting for an answer, running; the running ones are cancelled afterwards."""
+    if SHOTS:
+        history(api, LOAD_MINUTES)
     with api.client("token-alice") as alice, api.client("token-bob") as bob:
         made: dict[str, dict[str, Any]] = {}
         for index in range(4):
