@@ -1,7 +1,7 @@
 """The operator's views over HTTP: the overview, the workers, and a task's timeline.
 
 ``GET /operator/overview`` and ``GET /operator/workers`` read every owner's
-numbers: only an admin (``http_admins``) may (403 ``admin-required`` for any
+numbers: only an admin (``http_admins``) may (403 ``forbidden`` for any
 other principal). The overview is the store's rollup
 (:meth:`TaskStore.rollup <queuestore.TaskStore.rollup>`): it never scans the
 tasks. ``GET /tasks/{id}/timeline`` is the caller's own task's (an admin's:

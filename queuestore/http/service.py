@@ -3,7 +3,7 @@
 It also says who operates the API: the principals ``Settings.http_admins``
 names see and act on every owner's tasks (:meth:`Service.owner_for`) and read
 the operator's views (:data:`Admin`); each of their actions is logged on the
-``queuestore.http.audit`` logger with who took it (:meth:`Service.audit`).
+``queuestore.http.admin`` logger with who took it (:meth:`Service.audit`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from queuestore import ANY
 from queuestore.aio import AsyncTaskQueue, AsyncTaskStore
 from queuestore.config import Settings
 from queuestore.core.owner import Owner
-from queuestore.http.auth import Authenticator, named
-from queuestore.http.problems import ProblemError
+from queuestore.http.auth import Authenticator, forbidden, named
 
-audit_log = logging.getLogger("queuestore.http.audit")
+audit_log = logging.getLogger("queuestore.http.admin")
+"""Where every admin action is logged, with who took it."""
 
 
 @dataclass
@@ -112,16 +112,14 @@ async def require_admin(principal: Principal, service: ServiceDep) -> str:
     """The caller's principal if it operates the API.
 
     Raises:
-        ProblemError: 401 for an anonymous caller, 403 ``admin-required`` for a
+        ProblemError: 401 for an anonymous caller, 403 ``forbidden`` for a
             principal ``Settings.http_admins`` does not name.
     """
     who = named(principal, "the operator's views")
     if not service.is_admin(who):
-        raise ProblemError(
-            403, "admin-required", f"{who!r} is not an operator of this server (http_admins)"
-        )
+        raise forbidden(f"{who!r} is not an operator of this server (QUEUESTORE_HTTP_ADMINS)")
     return who
 
 
 Admin = Annotated[str, Depends(require_admin)]
-"""The caller's principal, an operator's (401 anonymous, 403 any other)."""
+"""The caller's principal, an operator's (401 anonymous, 403 ``forbidden`` any other)."""

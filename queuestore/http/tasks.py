@@ -21,7 +21,7 @@ from queuestore.core.models import TASK_ID_PATTERN, TaskStatus, new_task_id
 from queuestore.core.owner import Owner
 from queuestore.core.validation import NAME_PATTERN
 from queuestore.http import idempotency
-from queuestore.http.auth import named
+from queuestore.http.auth import forbidden, named
 from queuestore.http.bodies import JsonRoute
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import (
@@ -210,7 +210,7 @@ async def list_tasks(
     ] = False,
 ) -> TaskList:
     """The caller's tasks (an admin's: every owner's), newest first, one page at a time
-    (keyset cursors); 401 anonymous, 403 ``admin-required`` for another owner's."""
+    (keyset cursors); 401 anonymous, 403 ``forbidden`` for another owner's."""
     filters: dict[str, Any] = {
         "owner": listed_owner(service, named(principal, "listing tasks"), owner),
         "status": None if status is None else list[TaskStatus | str](status),
@@ -235,15 +235,13 @@ def listed_owner(service: Service, principal: str, owner: str | None) -> Owner:
     """The owner filter of a listing: ``owner`` if the caller may name it, else its own.
 
     Raises:
-        ProblemError: 403 ``admin-required``: a principal that is not an admin named
+        ProblemError: 403 ``forbidden``: a principal that is not an admin named
             another owner.
     """
     if owner is None:
         return service.owner_for(principal)
     if owner != principal and not service.is_admin(principal):
-        raise ProblemError(
-            403, "admin-required", "only an admin (http_admins) lists another owner's tasks"
-        )
+        raise forbidden("only an operator (QUEUESTORE_HTTP_ADMINS) lists another owner's tasks")
     return owner
 
 

@@ -74,7 +74,7 @@ def test_an_admin_sees_and_acts_on_every_owner_a_principal_on_its_own_only(
     refused = http.get("/tasks", params={"owner": "bob"}, headers=as_("alice"))
     assert (refused.status_code, refused.json()["type"]) == (
         403,
-        "urn:queuestore:problem:admin-required",
+        "urn:queuestore:problem:forbidden",
     )
     assert http.get("/tasks", params={"total": "true"}, headers=as_("ops")).json()["total"] == 3
 
@@ -92,14 +92,14 @@ def test_an_admin_sees_and_acts_on_every_owner_a_principal_on_its_own_only(
     assert http.post(f"/tasks/{bob}/cancel", json={}, headers=as_("alice")).status_code == 404
     assert http.post(f"/tasks/{failed}/resubmit", headers=as_("alice")).status_code == 404
     assert http.delete(f"/tasks/{failed}", headers=as_("alice")).status_code == 404
-    with caplog.at_level(logging.INFO, "queuestore.http.audit"):
+    with caplog.at_level(logging.INFO, "queuestore.http.admin"):
         cancelled = http.post(f"/tasks/{bob}/cancel", json={}, headers=as_("ops"))
         again = http.post(f"/tasks/{failed}/resubmit", headers=as_("ops"))
         deleted = http.delete(f"/tasks/{failed}", headers=as_("ops"))
     assert (cancelled.status_code, cancelled.json()["status"]) == (200, "cancelled")
     assert (again.status_code, again.json()["owner"]) == (201, "bob")
     assert deleted.status_code == 204
-    said = [r.getMessage() for r in caplog.records if r.name == "queuestore.http.audit"]
+    said = [r.getMessage() for r in caplog.records if r.name == "queuestore.http.admin"]
     assert said == [
         f"admin ops: cancelled task_id={bob} owner=bob",
         f"admin ops: resubmitted task_id={failed} new_task_id={again.json()['id']} owner=bob",

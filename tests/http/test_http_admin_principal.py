@@ -3,7 +3,7 @@
 A principal the setting names is an admin, whether a bearer token or the
 trusted header named it; ``require_admin`` admits it, refuses any other
 principal with 403 and an anonymous caller with 401; every admin action is
-logged with who took it (queuestore.http.audit).
+logged with who took it (queuestore.http.admin).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_whoami_says_who_operates_the_server(app: FastAPI) -> None:
 def test_require_admin_admits_only_the_admins_and_logs_what_they_do(
     app: FastAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with TestClient(app) as http, caplog.at_level(logging.INFO, "queuestore.http.audit"):
+    with TestClient(app) as http, caplog.at_level(logging.INFO, "queuestore.http.admin"):
         admitted = http.get("/admin-only", headers={"Authorization": "Bearer t-ops"})
         refused = http.get("/admin-only", headers={"Authorization": "Bearer t-alice"})
         anonymous = http.get("/admin-only")
@@ -60,10 +60,10 @@ def test_require_admin_admits_only_the_admins_and_logs_what_they_do(
     assert (admitted.status_code, admitted.json()) == (200, {"admin": "ops"})
     assert (refused.status_code, refused.json()["type"]) == (
         403,
-        "urn:queuestore:problem:admin-required",
+        "urn:queuestore:problem:forbidden",
     )
     assert anonymous.status_code == 401
-    (line,) = [r for r in caplog.records if r.name == "queuestore.http.audit"]
+    (line,) = [r for r in caplog.records if r.name == "queuestore.http.admin"]
     assert line.getMessage() == "admin ops: looked task_id=t1"
 
 
