@@ -47,7 +47,9 @@ if TYPE_CHECKING:
     )
     from queuestore.core.owner import ANY
     from queuestore.core.retries import Retry
+    from queuestore.core.rollup import Rollup
     from queuestore.core.urls import UrlPolicy
+    from queuestore.core.workers import Worker
     from queuestore.push.deliverer import Deliverer, DeliveryPolicy
     from queuestore.push.signing import SigningSecret
     from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
@@ -90,7 +92,9 @@ _HOMES = {
     ],
     "queuestore.core.owner": ["ANY"],
     "queuestore.core.retries": ["Retry"],
+    "queuestore.core.rollup": ["Rollup"],
     "queuestore.core.urls": ["UrlPolicy"],
+    "queuestore.core.workers": ["Worker"],
     "queuestore.push.deliverer": ["Deliverer", "DeliveryPolicy"],
     "queuestore.push.signing": ["SigningSecret"],
     "queuestore.run.jobs": ["InputRequested", "Job", "JobCancelled", "TaskContext", "job"],
@@ -129,6 +133,7 @@ __all__ = [
     "LeaseLost",
     "QueueStoreError",
     "Retry",
+    "Rollup",
     "Settings",
     "SigningSecret",
     "SqlTaskStore",
@@ -143,6 +148,7 @@ __all__ = [
     "TaskStatus",
     "TaskStore",
     "UrlPolicy",
+    "Worker",
     "job",
     "make_engine",
     "new_task_id",

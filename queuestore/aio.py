@@ -20,7 +20,9 @@ from typing import Any
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
 from queuestore.core.models import Artifact, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
+from queuestore.core.rollup import Rollup
 from queuestore.core.watch import AsyncWatch
+from queuestore.core.workers import Worker
 from queuestore.store.backend import UNSET, Unset
 from queuestore.store.base import TaskStore
 from queuestore.submit.queue import TaskQueue
@@ -87,6 +89,8 @@ class AsyncTaskStore:
         updated_after: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> TaskPage:
         """See :meth:`TaskStore.list`."""
         return await self.sync.run_async(
@@ -98,6 +102,8 @@ class AsyncTaskStore:
             updated_after=updated_after,
             limit=limit,
             cursor=cursor,
+            created_after=created_after,
+            created_before=created_before,
         )
 
     async def count(
@@ -108,6 +114,8 @@ class AsyncTaskStore:
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> int:
         """See :meth:`TaskStore.count`."""
         return await self.sync.run_async(
@@ -117,6 +125,8 @@ class AsyncTaskStore:
             context_id=context_id,
             name=name,
             updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
         )
 
     async def update(
@@ -170,6 +180,14 @@ class AsyncTaskStore:
     async def cleanup(self, ttl: timedelta, *, batch_size: int = 1000) -> int:
         """See :meth:`TaskStore.cleanup`."""
         return await self.sync.run_async(self.sync.cleanup, ttl, batch_size=batch_size)
+
+    async def rollup(self, window: timedelta = timedelta(hours=1)) -> Rollup:
+        """See :meth:`TaskStore.rollup`."""
+        return await self.sync.run_async(self.sync.rollup, window)
+
+    async def workers(self) -> builtins.list[Worker]:
+        """See :meth:`TaskStore.workers`."""
+        return await self.sync.run_async(self.sync.workers)
 
     async def running_counts(self) -> dict[tuple[str | None, str], int]:
         """See :meth:`TaskStore.running_counts`."""
@@ -255,6 +273,10 @@ class AsyncTaskQueue:
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskQueue.cancel`."""
         return await asyncio.to_thread(self.sync.cancel, task_id, owner=owner, reason=reason)
+
+    async def resubmit(self, task_id: str, *, owner: Owner = ANY) -> Task:
+        """See :meth:`TaskQueue.resubmit`."""
+        return await asyncio.to_thread(self.sync.resubmit, task_id, owner=owner)
 
     async def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
         """See :meth:`TaskQueue.resume`."""

@@ -291,6 +291,16 @@ class Settings(BaseSettings):
             "through that proxy, which must drop the header from clients."
         ),
     )
+    http_admins: Annotated[list[str], BeforeValidator(_json_text)] = Field(
+        default_factory=list,
+        description=(
+            "Principals of the HTTP API that operate it, as a JSON list "
+            "(`[\"ops@example.com\"]`): a token's principal, or the trusted header's value. "
+            "They see and act on every owner's tasks and read the operator's views; every "
+            "other principal sees only its own tasks. Each of their actions is logged with "
+            "who took it."
+        ),
+    )
     http_max_body_bytes: int = Field(
         3 * DEFAULT_MAX_PAYLOAD_BYTES,
         ge=1024,

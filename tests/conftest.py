@@ -177,12 +177,24 @@ def sqlite_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     engine.dispose()
 
 
+OPERATOR_TABLES = (
+    "queuestore_rollup_log",
+    "queuestore_rollup_counts",
+    "queuestore_rollup_series",
+    "queuestore_rollup_jobs",
+    "queuestore_workers",
+)
+"""What the operator's view keeps beside the tasks, emptied with them."""
+
+
 def _emptied(engine: Engine) -> Engine:
     # PostgreSQL's TRUNCATE of the tasks empties the callbacks and deliveries
     # (a trigger); SQLite's DELETE fires the row trigger that deletes them.
     statement = "TRUNCATE " if engine.dialect.name == "postgresql" else "DELETE FROM "
     with engine.begin() as connection:
         connection.execute(text(statement + TABLE))
+        for table in OPERATOR_TABLES:
+            connection.execute(text(statement + table))
     return engine
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from queuestore.broker.publisher import Publisher
+from queuestore.core import tracing
 from queuestore.core.logs import about
 from queuestore.core.models import Task
 from queuestore.store.runs import lost_runs
@@ -28,11 +29,13 @@ def reap(publisher: Publisher) -> list[Task]:
     """
     reaped = publisher.store.reap(max_lost_runs=publisher.options.max_lost_runs)
     for task in reaped:
-        if task.is_terminal:
-            log.warning("task %s failed: %s", task.id, task.error, extra=about(task))
-        else:
-            log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
-            publisher.try_publish(task, countdown=backoff(lost_runs(task)))
+        lost = {"queuestore.lost_runs": lost_runs(task), "queuestore.failed": task.is_terminal}
+        with tracing.of_task("queuestore.reap", task, attributes=lost):
+            if task.is_terminal:
+                log.warning("task %s failed: %s", task.id, task.error, extra=about(task))
+            else:
+                log.warning("task %s lost its worker; retrying", task.id, extra=about(task))
+                publisher.try_publish(task, countdown=backoff(lost_runs(task)))
     # After every retry is published: a hand-off would publish a retry again.
     for task in reaped:
         if task.is_terminal:

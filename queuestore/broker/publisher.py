@@ -23,6 +23,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from queuestore.broker.marks import PublishMarks
 from queuestore.broker.transports import broker_priority, follow_lease
+from queuestore.core import tracing
 from queuestore.core.errors import BrokerUnavailable
 from queuestore.core.logs import about
 from queuestore.core.messages import job_message
@@ -93,13 +94,24 @@ class Publisher:
     def publish(self, task: Task, *, countdown: float | None = None, producer: Any = None) -> None:
         """Send the Celery message for ``task``, whose Celery id is the task id.
 
+        With traces on, the message is published in a ``queuestore.publish``
+        span of the task's trace, whose context goes in its ``traceparent`` header.
+
         Raises:
             BrokerUnavailable: the broker did not take the message.
         """
+        with tracing.of_task("queuestore.publish", task, kind="producer") as made:
+            headers = tracing.headers(tracing.traceparent() if made is not None else None)
+            self._send(task, countdown, producer, headers)
+
+    def _send(
+        self, task: Task, countdown: float | None, producer: Any, headers: dict[str, str]
+    ) -> None:
         try:
             self.app.send_task(
                 task.name,
                 **job_message(task.id),
+                **({"headers": headers} if headers else {}),
                 countdown=countdown,
                 retry=True,
                 retry_policy=_PUBLISH_RETRY,

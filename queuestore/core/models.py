@@ -165,6 +165,8 @@ class Task(Record):
     error that ended the task, if one did, is ``error``."""
     suspends: int = 0
     """How many of its runs ended to wait for a time (``TaskStore.suspend``)."""
+    traceparent: str | None = None
+    """The W3C trace context of the submit that created it, which its runs continue."""
 
     @field_validator(
         "created_at", "updated_at", "started_at", "finished_at", "lease_expires_at", "run_at"

@@ -261,6 +261,21 @@ def priority(value: object) -> int:
     return value
 
 
+TRACEPARENT_PATTERN = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+"""A W3C ``traceparent`` of version 00, trace and span ids not all zeros."""
+
+
+def traceparent(value: object) -> str | None:
+    """An optional W3C trace context (``00-<32 hex>-<16 hex>-<2 hex>``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not TRACEPARENT_PATTERN.fullmatch(value):
+        raise InvalidTaskData(
+            "must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>", field="traceparent"
+        )
+    return value
+
+
 def limit(value: object) -> int:
     """A page size between 1 and 1000."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAGE_SIZE:

@@ -44,6 +44,9 @@ class TaskView(BaseModel):
     )
     attempt: int
     version: int = Field(description="Grows by one on every write.")
+    traceparent: str | None = Field(
+        None, description="The W3C trace context of its submit, when traces are on."
+    )
 
     @classmethod
     def of(cls, task: Task) -> TaskView:
@@ -72,6 +75,7 @@ class TaskView(BaseModel):
             errors=task.errors,
             attempt=task.attempt,
             version=task.version,
+            traceparent=task.traceparent,
         )
 
 

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from queuestore import TaskQueue
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
-from queuestore.http import batch, problems, sse, tasks
+from queuestore.http import batch, operator, problems, sse, tasks
 from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, load_verifier
 from queuestore.http.body_limit import BodyLimit
 from queuestore.http.origin import SameOriginWrites
@@ -106,6 +106,7 @@ def create_app(
     app.include_router(tasks.router)
     app.include_router(batch.router)
     app.include_router(sse.router)
+    app.include_router(operator.router)
     _health(app)
     _whoami(app)
     _dashboard(app)
@@ -181,10 +182,10 @@ def _health(app: FastAPI) -> None:
 
 def _whoami(app: FastAPI) -> None:
     @app.get("/whoami", tags=["auth"], responses=problems.responses(401))
-    async def whoami(principal: Principal) -> Whoami:
-        """Who the server takes the caller for: its principal, null when anonymous; 401 for
-        a token that is not valid."""
-        return Whoami(principal=principal)
+    async def whoami(principal: Principal, service: ServiceDep) -> Whoami:
+        """Who the server takes the caller for: its principal, null when anonymous, and
+        whether it operates the server; 401 for a token that is not valid."""
+        return Whoami(principal=principal, admin=service.is_admin(principal))
 
 
 def _metrics(app: FastAPI) -> None:
@@ -244,7 +245,7 @@ def inline_hashes(page: str, tag: str) -> str:
 _PAGE_HEADERS: Final = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
-        f"default-src 'none'; script-src {inline_hashes(DASHBOARD_PAGE, 'script')}; "
+        f"default-src 'self'; script-src {inline_hashes(DASHBOARD_PAGE, 'script')}; "
         f"style-src {inline_hashes(DASHBOARD_PAGE, 'style')}; "
         "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
         "form-action 'none'"

@@ -135,6 +135,11 @@ def named(principal: str | None, action: str) -> str:
     return principal
 
 
+def forbidden(detail: str) -> ProblemError:
+    """403: the caller is known but may not take this action."""
+    return ProblemError(403, "forbidden", detail)
+
+
 def _unauthorized(detail: str, *, error: str | None = None) -> ProblemError:
     challenge = CHALLENGE if error is None else f'{CHALLENGE}, error="{error}"'
     return ProblemError(401, "unauthorized", detail, headers={"WWW-Authenticate": challenge})

@@ -309,6 +309,11 @@ class Whoami(BaseModel):
         description="The caller's principal, the owner of the tasks it creates and sees; "
         "null for an anonymous caller."
     )
+    admin: bool = Field(
+        False,
+        description="Whether the caller operates the server (http_admins): it sees and acts "
+        "on every owner's tasks and reads the operator's views.",
+    )
 
 
 class JobRunning(BaseModel):

@@ -93,15 +93,16 @@ async def task_events(
     service: ServiceDep,
 ) -> StreamingResponse:
     """The changes of one task: its current state first, then each change until it ends."""
-    changes = service.store.watch(owner=principal, task_ids=[task_id])
+    owner = service.owner_for(principal)
+    changes = service.store.watch(owner=owner, task_ids=[task_id])
     # Opened before the read, so no change between the two is missed.
     await changes.__aenter__()
     try:
-        task = await service.store.get(task_id, owner=principal)
+        task = await service.store.get(task_id, owner=owner)
     except BaseException:
         await changes.__aexit__(None, None, None)
         raise
-    return EventStream(_one_task(service, changes, task, principal), changes)
+    return EventStream(_one_task(service, changes, task, owner), changes)
 
 
 @router.get(
@@ -117,17 +118,18 @@ async def all_events(
         Header(description="The last event received: first replay what was missed since."),
     ] = None,
 ) -> StreamingResponse:
-    """The changes of every task the caller may see, until the client leaves; 401 anonymous."""
-    named(principal, "watching every task")
+    """The changes of every task the caller may see (an admin: every owner's), until the
+    client leaves; 401 anonymous."""
+    owner = service.owner_for(named(principal, "watching every task"))
     since = _since(last_event_id)
-    changes = service.store.watch(owner=principal)
+    changes = service.store.watch(owner=owner)
     # Opened before the replay's read, so no change between the two is missed.
     await changes.__aenter__()
     try:
         missed: list[Task] | None = []
         if since is not None:
             page = await service.store.list(
-                owner=principal, updated_after=since - REPLAY_OVERLAP, limit=REPLAY_LIMIT
+                owner=owner, updated_after=since - REPLAY_OVERLAP, limit=REPLAY_LIMIT
             )
             missed = None if page.next_cursor is not None else page.tasks
     except BaseException:

@@ -1,9 +1,11 @@
-"""The task verbs over HTTP: create, get, list, cancel, resume, delete.
+"""The task verbs over HTTP: create, get, list, cancel, resume, resubmit, delete.
 
 Every route passes the caller's principal to the store as the owner, so a
 task of someone else is exactly as invisible as a task that never existed
-(404). The rules -- transitions, the owner filter, cursors -- stay in the
-store and the queue; this module only translates.
+(404); an admin (``http_admins``) reads and acts on every owner's tasks, and
+each of its actions is logged with who took it. The rules -- transitions, the
+owner filter, cursors -- stay in the store and the queue; this module only
+translates.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, sta
 
 from queuestore.core.errors import TaskConflict, TaskNotFound
 from queuestore.core.models import TASK_ID_PATTERN, TaskStatus, new_task_id
+from queuestore.core.owner import Owner
 from queuestore.core.validation import NAME_PATTERN
 from queuestore.core.views import DeliveryView, TaskView
 from queuestore.http import idempotency
-from queuestore.http.auth import named
+from queuestore.http.auth import forbidden, named
 from queuestore.http.bodies import JsonRoute
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.schemas import (
@@ -176,6 +179,22 @@ async def list_tasks(
     updated_after: Annotated[
         Instant | None, Query(description="Only tasks written after this instant.")
     ] = None,
+    created_after: Annotated[
+        Instant | None, Query(description="Only tasks created after this instant.")
+    ] = None,
+    created_before: Annotated[
+        Instant | None, Query(description="Only tasks created before this instant.")
+    ] = None,
+    owner: Annotated[
+        str | None,
+        Query(
+            description="Only this owner's tasks: an admin's filter (another principal may "
+            "name only itself).",
+            min_length=1,
+            max_length=256,
+            pattern=NO_NUL_PATTERN,
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[
         str | None,
@@ -189,13 +208,16 @@ async def list_tasks(
         bool, Query(description="Also count the tasks the filters match (one more query).")
     ] = False,
 ) -> TaskList:
-    """The caller's tasks, newest first, one page at a time (keyset cursors); 401 anonymous."""
+    """The caller's tasks (an admin's: every owner's), newest first, one page at a time
+    (keyset cursors); 401 anonymous, 403 ``forbidden`` for another owner's."""
     filters: dict[str, Any] = {
-        "owner": named(principal, "listing tasks"),
+        "owner": listed_owner(service, named(principal, "listing tasks"), owner),
         "status": None if status is None else list[TaskStatus | str](status),
         "context_id": context_id,
         "name": name,
         "updated_after": updated_after,
+        "created_after": created_after,
+        "created_before": created_before,
     }
     page = await service.store.list(**filters, limit=limit, cursor=cursor)
     if page.next_cursor is not None:
@@ -206,6 +228,20 @@ async def list_tasks(
         next_cursor=page.next_cursor,
         total=await service.store.count(**filters) if total else None,
     )
+
+
+def listed_owner(service: Service, principal: str, owner: str | None) -> Owner:
+    """The owner filter of a listing: ``owner`` if the caller may name it, else its own.
+
+    Raises:
+        ProblemError: 403 ``forbidden``: a principal that is not an admin named
+            another owner.
+    """
+    if owner is None:
+        return service.owner_for(principal)
+    if owner != principal and not service.is_admin(principal):
+        raise forbidden("only an operator (QUEUESTORE_HTTP_ADMINS) lists another owner's tasks")
+    return owner
 
 
 @router.get(":running", responses=responses(401, 503))
@@ -239,7 +275,7 @@ async def get_task(
     task_id: TaskId, request: Request, principal: Principal, service: ServiceDep
 ) -> Response:
     """One task, as last committed; its ``ETag`` is its version, for ``If-None-Match``."""
-    task = await service.store.get(task_id, owner=principal)
+    task = await service.store.get(task_id, owner=service.owner_for(principal))
     etag = f'"{task.version}"'
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     if _etags(request.headers.get("if-none-match")) & {etag, "*"}:
@@ -264,7 +300,10 @@ async def cancel_task(
 ) -> TaskView:
     """Cancel a live task and revoke its job; 409 when it has already finished."""
     reason = None if body is None else body.reason
-    return TaskView.of(await service.queue.cancel(task_id, owner=principal, reason=reason))
+    owner = service.owner_for(principal)
+    task = await service.queue.cancel(task_id, owner=owner, reason=reason)
+    service.audit(principal, "cancelled", task_id=task.id, owner=task.owner)
+    return TaskView.of(task)
 
 
 @router.post("/{task_id}/resume", responses=responses(400, 401, 404, 409, 413, 415, 422, 503))
@@ -272,7 +311,27 @@ async def resume_task(
     task_id: TaskId, body: ResumeTask, principal: Principal, service: ServiceDep
 ) -> TaskView:
     """Answer a task waiting for input; its job runs again. 409 when it is not waiting."""
-    return TaskView.of(await service.queue.resume(task_id, body.answer, owner=principal))
+    task = await service.queue.resume(task_id, body.answer, owner=service.owner_for(principal))
+    service.audit(principal, "answered", task_id=task.id, owner=task.owner)
+    return TaskView.of(task)
+
+
+@router.post(
+    "/{task_id}/resubmit",
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(401, 404, 409, 422, 503),
+)
+async def resubmit_task(
+    task_id: TaskId, request: Request, response: Response, principal: Principal, service: ServiceDep
+) -> TaskView:
+    """Submit a failed or cancelled task's job again, as a new task (201) with the same
+    job, input, owner, context, ttl and priority, whose metadata names the old one
+    (``queuestore.resubmitted_from``); the old task stays as it ended. 409 for a task
+    that neither failed nor was cancelled."""
+    task = await service.queue.resubmit(task_id, owner=service.owner_for(principal))
+    service.audit(principal, "resubmitted", task_id=task_id, new_task_id=task.id, owner=task.owner)
+    response.headers["Location"] = str(request.url_for("get_task", task_id=task.id))
+    return TaskView.of(task)
 
 
 @router.get("/{task_id}/deliveries", responses=responses(401, 404, 422, 503))
@@ -280,7 +339,7 @@ async def list_deliveries(
     task_id: TaskId, principal: Principal, service: ServiceDep
 ) -> DeliveryList:
     """The task's callback deliveries, oldest first: pending, delivered and dead."""
-    found = await service.store.deliveries(task_id, owner=principal)
+    found = await service.store.deliveries(task_id, owner=service.owner_for(principal))
     return DeliveryList(deliveries=[DeliveryView.of(delivery) for delivery in found])
 
 
@@ -292,7 +351,8 @@ async def redeliver(
 ) -> DeliveryView:
     """Send a dead delivery again, now, as if just committed; 404 unless it is dead."""
     try:
-        revived = await service.store.redeliver(task_id, delivery_id, owner=principal)
+        owner = service.owner_for(principal)
+        revived = await service.store.redeliver(task_id, delivery_id, owner=owner)
     except TaskNotFound:
         # The same answer whether the task or the dead delivery is missing.
         raise ProblemError(
@@ -301,6 +361,7 @@ async def redeliver(
             f"task {task_id!r} has no dead delivery {delivery_id} (or there is no such task)",
             task_id=task_id,
         ) from None
+    service.audit(principal, "redelivered", task_id=task_id, delivery_id=delivery_id)
     return DeliveryView.of(revived)
 
 
@@ -312,7 +373,8 @@ async def redeliver(
 )
 async def delete_task(task_id: TaskId, principal: Principal, service: ServiceDep) -> None:
     """Delete a finished task; 409 for a live one, which must be cancelled first."""
-    task = await service.store.get(task_id, owner=principal)
+    owner = service.owner_for(principal)
+    task = await service.store.get(task_id, owner=owner)
     if not task.is_terminal:
         raise ProblemError(
             409,
@@ -320,4 +382,5 @@ async def delete_task(task_id: TaskId, principal: Principal, service: ServiceDep
             f"task {task.id!r} is {task.status}: cancel it before deleting it",
             task_id=task.id,
         )
-    await service.store.delete(task_id, owner=principal)
+    await service.store.delete(task_id, owner=owner)
+    service.audit(principal, "deleted", task_id=task.id, owner=task.owner)

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from queuestore.core import tracing
 from queuestore.core.callbacks import SNAPSHOT_FIELDS, Callback, CallbackFormat, Delivery
-from queuestore.core.errors import StoreUnavailable
+from queuestore.core.errors import StoreUnavailable, TaskNotFound
+from queuestore.core.models import Task
 from queuestore.push.sender import CallFailed, post
 from queuestore.push.signing import SigningSecret, signature_headers
 from queuestore.store.base import TaskStore
@@ -218,6 +220,29 @@ class Deliverer:
             self._wake.set()
 
     def _send(self, outgoing: Outgoing) -> None:
+        """Send one try, in a ``queuestore.deliver`` span of its task's trace (traces on)."""
+        task = self._traced(outgoing.delivery)
+        if task is None:
+            self._send_try(outgoing)
+            return
+        attributes = {
+            "queuestore.delivery_id": outgoing.delivery.id,
+            "queuestore.tries": outgoing.delivery.tries,
+            "url.full": outgoing.callback.url,
+        }
+        with tracing.of_task("queuestore.deliver", task, kind="client", attributes=attributes):
+            self._send_try(outgoing)
+
+    def _traced(self, delivery: Delivery) -> Task | None:
+        """The delivery's task, to trace its try in; None with traces off (or no task)."""
+        if not tracing.enabled():
+            return None
+        try:
+            return self.store.get(delivery.task_id)
+        except (TaskNotFound, StoreUnavailable):
+            return None
+
+    def _send_try(self, outgoing: Outgoing) -> None:
         delivery, callback = outgoing.delivery, outgoing.callback
         formatter = self.formats.get(callback.format)
         if formatter is None:

@@ -29,6 +29,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
 from queuestore.broker.publisher import Publisher
+from queuestore.core import tracing
 from queuestore.core.errors import (
     InvalidTaskData,
     InvalidTransition,
@@ -41,7 +42,7 @@ from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
 from queuestore.run import hold, workarounds
 from queuestore.run.context import InputRequested, Suspended, TaskContext
-from queuestore.run.heartbeat import Heartbeat
+from queuestore.run.heartbeat import Heartbeat, beat_from_start
 from queuestore.run.inputs import JobInput
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
@@ -147,7 +148,8 @@ def job(
         def run(celery_task: Any, task_id: str) -> None:
             try:
                 with task_context(task_id, job_name):
-                    execute(Publisher.of(app), registered, task_id)
+                    parent = tracing.header_of(celery_task.request)
+                    execute(Publisher.of(app), registered, task_id, parent=parent)
             except StoreUnavailable as exc:
                 # Below ack_after: a message held for its countdown (unacknowledged)
                 # must not outlive the broker's visibility timeout, set from the lease.
@@ -180,7 +182,9 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
+def execute(
+    publisher: Publisher, registered: Job, task_id: str, *, parent: str | None = None
+) -> Task | None:
     """Run one job for ``task_id`` if this run can claim it; return the task as left.
 
     ``publisher`` is the app's (``Publisher.of(app)``): its store, options and
@@ -188,18 +192,41 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
     duplicate, the task was cancelled, parked or deleted before it started, or
     its owner or job was at its concurrency limit (the task waits for a slot).
     A run that ends hands its slot on to a task waiting for it.
+
+    With traces on, the run is a ``queuestore.run`` span continuing ``parent``
+    (the ``traceparent`` of the message), or else the context the task keeps.
     """
+    context = parent if parent is not None else _kept_context(publisher, task_id)
+    named = {tracing.TASK_ID: task_id, tracing.JOB: registered.name}
+    with tracing.continuing("queuestore.run", context, kind="consumer", attributes=named):
+        return _execute(publisher, registered, task_id)
+
+
+def _kept_context(publisher: Publisher, task_id: str) -> str | None:
+    """The trace context ``task_id`` keeps, for a message without one (traces on only)."""
+    if not tracing.enabled():
+        return None
+    try:
+        return publisher.store.get(task_id).traceparent
+    except (TaskNotFound, StoreUnavailable):
+        return None
+
+
+def _execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
+    """:func:`execute`, in its span."""
     interrupts.install()
     heartbeat = Heartbeat.of(publisher)
     with interrupts.deferred(then_raise=False):
         worker_id = new_worker_id()
-        task = publisher.store.claim(
-            task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
-        )
+        with tracing.child("queuestore.claim"):
+            task = publisher.store.claim(
+                task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
+            )
         if task is None:
             ran_nothing(task_id)  # Celery's "succeeded" line would say it ran
             _after_refusal(publisher, task_id)
             return None
+        tracing.annotate(task, attempt=True)
         run = Run(publisher, task, worker_id)
         heartbeat.add(run)
         hold.claimed(task_id)
@@ -212,12 +239,14 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
             hold.released(task_id)
     with interrupts.deferred(then_raise=False):
         policy = _retrying(registered, run, outcome)
-        if outcome.suspended is not None:
-            left = _record_suspend(run, outcome.suspended)
-        elif policy is not None:
-            left = _record_retry(run, outcome, policy)
-        else:
-            left = _record(run, outcome)
+        written = {"queuestore.status": None if outcome.status is None else outcome.status.value}
+        with tracing.child("queuestore.write", written):
+            if outcome.suspended is not None:
+                left = _record_suspend(run, outcome.suspended)
+            elif policy is not None:
+                left = _record_retry(run, outcome, policy)
+            else:
+                left = _record(run, outcome)
         _hand_off(publisher, run.task)
         return left
 
@@ -431,9 +460,13 @@ def _write_outcome(run: Run, outcome: _Outcome) -> Task | None:
 
 
 def prepare_worker(app: Celery) -> None:
-    """Make ``app``'s worker processes ready for runs: a forked pool process drops the
-    connections its store inherited from the parent before its first run, and a
-    worker applies the workarounds of :mod:`queuestore.run.workarounds` as it starts."""
+    """Make ``app``'s worker processes ready for runs, and seen by the operator's view.
+
+    A forked pool process drops the connections its store inherited from the
+    parent before its first run; each process that runs jobs beats from its
+    start (:func:`queuestore.run.heartbeat.beat_from_start`); and a worker
+    applies the workarounds of :mod:`queuestore.run.workarounds` as it starts.
+    """
     from celery.signals import worker_init, worker_process_init
 
     worker_init.connect(workarounds.apply, weak=False, dispatch_uid="queuestore.workarounds")
@@ -446,3 +479,4 @@ def prepare_worker(app: Celery) -> None:
         publisher.store.after_fork()
 
     worker_process_init.connect(forget_parent_connections, weak=False)
+    beat_from_start(app)

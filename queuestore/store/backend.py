@@ -85,6 +85,8 @@ class NewTask:
     """No other live task of the owner may hold it."""
     priority: int = 0
     """From 0 to 9, the most urgent."""
+    traceparent: str | None = None
+    """The W3C trace context its runs continue."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -106,6 +108,7 @@ class NewTask:
             run_at=self.run_at,
             unique_key=self.unique_key,
             priority=self.priority,
+            traceparent=self.traceparent,
         )
 
 
@@ -198,13 +201,20 @@ class ListQuery:
     context_id: str | None = None
     name: str | None = None
     updated_after: datetime | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
 
     def fingerprint(self) -> str:
         """A text that changes with any filter, binding cursors to their listing."""
         statuses = sorted(self.statuses) if self.statuses is not None else None
-        after = self.updated_after.isoformat() if self.updated_after else None
+        times = [
+            None if instant is None else instant.isoformat()
+            for instant in (self.updated_after, self.created_after, self.created_before)
+        ]
         # JSON keeps the parts apart: filter values may contain any separator.
-        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
+        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, *times]
+        if times[1:] == [None, None]:
+            parts = parts[:-2]  # as before the creation filters: old cursors stay valid
         return json.dumps(parts, separators=(",", ":"))
 
 

@@ -43,6 +43,7 @@ from queuestore.store.backend import (
     Write,
 )
 from queuestore.store.deliveries import DeliveryVerbs
+from queuestore.store.operator import OperatorVerbs
 from queuestore.store.runs import RunVerbs, lost_runs
 
 P = ParamSpec("P")
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 
-class TaskStore(RunVerbs, DeliveryVerbs):
+class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:
@@ -91,6 +92,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        traceparent: str | None = None,
     ) -> Task:
         """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
@@ -113,9 +115,13 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         most urgent waiting jobs first, and so do the brokers where the queue
         enables priorities (see ``TaskQueue``).
 
+        ``traceparent``: the W3C trace context (``00-<trace id>-<span id>-<flags>``)
+        its runs, retries and deliveries continue (``TaskQueue.submit`` sets it
+        when OpenTelemetry traces, see :mod:`queuestore.core.tracing`).
+
         Raises:
             InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at,
-                unique_key or priority.
+                unique_key, priority or traceparent.
             TaskConflict: ``task_id`` is already taken.
         """
         new = self._new_task(
@@ -130,6 +136,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             run_at=run_at,
             unique_key=unique_key,
             priority=priority,
+            traceparent=traceparent,
         )
         task, created = self._insert(new)
         self._announce_created([(task, created)])
@@ -193,6 +200,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        traceparent: str | None = None,
     ) -> NewTask:
         """The checked row :meth:`create` inserts."""
         owner = check.label(owner, "owner")
@@ -210,6 +218,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             run_at=check.run_at(run_at, job=job is True),
             unique_key=check.label(unique_key, "unique_key"),
             priority=check.priority(priority),
+            traceparent=check.traceparent(traceparent),
         )
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
@@ -233,14 +242,27 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         updated_after: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> TaskPage:
         """One page of tasks, newest first, filtered inside the query.
+
+        ``created_after`` and ``created_before`` keep the tasks created in that
+        span (after the one, strictly before the other).
 
         Raises:
             InvalidCursor: ``cursor`` is malformed, altered, or from other filters.
             InvalidTaskData: a bad filter or ``limit`` outside 1..1000.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
+        )
         limit = check.limit(limit)
         after = None if cursor is None else self._cursors.decode(cursor, query.fingerprint())
         if query.scope.nobody or query.statuses == frozenset():
@@ -262,13 +284,23 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> int:
         """How many tasks :meth:`list` with the same filters walks through, in one query.
 
         Raises:
             InvalidTaskData: a bad filter.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
+        )
         if query.scope.nobody or query.statuses == frozenset():
             return 0
         return self._count(query)
@@ -283,6 +315,8 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> str:
         """The cursor of the listing with these filters whose next page starts after a task.
 
@@ -294,17 +328,28 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         Raises:
             InvalidTaskData: a bad filter, id or naive ``created_at``.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner,
+            status=status,
+            context_id=context_id,
+            name=name,
+            updated_after=updated_after,
+            created_after=created_after,
+            created_before=created_before,
+        )
         key = CursorKey(check.aware(created_at, "created_at"), check.task_id(task_id))
         return self._cursors.encode(key, query.fingerprint())
 
     def _list_query(
         self,
         owner: Owner,
+        *,
         status: TaskStatus | str | Iterable[TaskStatus | str] | None,
         context_id: str | None,
         name: str | None,
         updated_after: datetime | None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> ListQuery:
         return ListQuery(
             scope=self._scope(owner),
@@ -313,6 +358,12 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             name=None if name is None else check.name(name),
             updated_after=(
                 None if updated_after is None else check.aware(updated_after, "updated_after")
+            ),
+            created_after=(
+                None if created_after is None else check.aware(created_after, "created_after")
+            ),
+            created_before=(
+                None if created_before is None else check.aware(created_before, "created_before")
             ),
         )
 

@@ -15,7 +15,22 @@ from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import TaskConflict
 from queuestore.core.models import TERMINAL, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
+from queuestore.core.rollup import (
+    ALL_JOBS,
+    BACKLOG,
+    DEAD,
+    JOB_STEP,
+    MINUTE,
+    NO_DURATION,
+    UNKNOWN_JOB,
+    CurrentCount,
+    SeriesCount,
+    changes_of,
+    floor_to,
+    in_steps,
+)
 from queuestore.core.watch import Listener, StatusChange
+from queuestore.core.workers import Worker
 from queuestore.store.backend import (
     UNSET,
     ListQuery,
@@ -48,6 +63,10 @@ class InMemoryTaskStore(TaskStore):
         # Push: each task's callbacks by id, with their keys; the deliveries by id.
         self._callbacks_of: dict[str, dict[str, tuple[str, Callback]]] = {}
         self._delivery_rows: dict[int, tuple[str, Delivery]] = {}
+        # The rollup, counted as the SQL stores' triggers count it (core.rollup's rule).
+        self._counts: Counter[tuple[TaskStatus, str, str | None]] = Counter()
+        self._series: Counter[tuple[datetime, str, str, int]] = Counter()
+        self._worker_rows: dict[str, Worker] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -66,6 +85,7 @@ class InMemoryTaskStore(TaskStore):
             raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
         task = new.stamped(self._now())
         self._tasks[task.id] = task
+        self._roll(None, task)
         if not new.job:
             self._records.add(task.id)
         return task, True
@@ -143,7 +163,7 @@ class InMemoryTaskStore(TaskStore):
                 self._changed.notify_all()
 
     def _forget(self, task_id: str) -> None:
-        del self._tasks[task_id]
+        self._roll(self._tasks.pop(task_id), None)
         self._callbacks_of.pop(task_id, None)
         for delivery_id in [i for i, (_, d) in self._delivery_rows.items() if d.task_id == task_id]:
             del self._delivery_rows[delivery_id]
@@ -202,6 +222,7 @@ class InMemoryTaskStore(TaskStore):
 
     def _written(self, before: Task, after: Task, status: TaskStatus | None) -> None:
         """Announce a committed write, and commit its deliveries (the lock held)."""
+        self._roll(before, after)
         if after.status != before.status:
             self._enqueue(after)
         if status is not None:
@@ -341,6 +362,11 @@ class InMemoryTaskStore(TaskStore):
             ):
                 return False
             delivered = settlement.state is DeliveryState.DELIVERED
+            if settlement.state is DeliveryState.DEAD:
+                task = self._tasks.get(delivery.task_id)
+                minute = floor_to(self._now(), MINUTE)
+                name = UNKNOWN_JOB if task is None else task.name
+                self._series[(minute, DEAD, name, NO_DURATION)] += 1
             if settlement.retry_at is not None:  # the callback's later ones wait behind it
                 self._hold_back(key, delivery_id, settlement.retry_at)
             self._delivery_rows[delivery_id] = (
@@ -370,6 +396,83 @@ class InMemoryTaskStore(TaskStore):
     def _count_deliveries(self) -> dict[DeliveryState, int]:
         with self._changed:
             return dict(Counter(delivery.state for _, delivery in self._delivery_rows.values()))
+
+    # -- the operator's view ----------------------------------------------
+
+    def _roll(self, before: Task | None, after: Task | None) -> None:
+        """Count a write in the rollup, and sample the backlog (the lock held)."""
+        counts, series = changes_of(before, after)
+        for counted, delta in counts:
+            self._counts[counted] += delta
+        if any(status is TaskStatus.SUBMITTED for (status, _, _), _ in counts):
+            waiting = sum(n for (status, _, _), n in self._counts.items() if status == "submitted")
+            self._series[(floor_to(self._now(), MINUTE), BACKLOG, ALL_JOBS, NO_DURATION)] = waiting
+        for count in series:
+            self._series[(count.start, count.metric, count.name, count.bucket)] += count.value
+
+    def _fold_rollup(self) -> int:
+        return 0  # counted as written
+
+    def _prune_rollup(self, short_before: datetime, long_before: datetime) -> None:
+        with self._changed:  # by minute: kept as long as the longest step
+            for old in [old for old in self._series if old[0] < long_before]:
+                del self._series[old]
+            for zero in [zero for zero, count in self._counts.items() if not count]:
+                del self._counts[zero]
+
+    def _current_counts(self) -> list[CurrentCount]:
+        with self._changed:
+            return [CurrentCount(*key, count) for key, count in self._counts.items() if count]
+
+    def _minutes(self, since: datetime) -> list[SeriesCount]:
+        """The series by minute and job from ``since`` on."""
+        with self._changed:
+            return [SeriesCount(*key, n) for key, n in self._series.items() if key[0] >= since]
+
+    def _series_counts(self, step: timedelta, since: datetime, *, timed: bool) -> list[SeriesCount]:
+        minutes = [count for count in self._minutes(since) if (count.bucket >= 0) == timed]
+        counted = [count for count in minutes if count.metric != BACKLOG]
+        last: dict[datetime, SeriesCount] = {}
+        for sample in sorted(count for count in minutes if count.metric == BACKLOG):
+            last[floor_to(sample.start, step)] = sample._replace(start=floor_to(sample.start, step))
+        return in_steps(counted, step) + list(last.values())
+
+    def _job_counts(self, since: datetime) -> list[SeriesCount]:
+        minutes = [count for count in self._minutes(since) if count.metric != BACKLOG]
+        return in_steps(minutes, JOB_STEP, by_job=True, since=since)
+
+    def _oldest_waiting(self, now: datetime) -> Task | None:
+        with self._changed:
+            waiting = [
+                task
+                for task in self._tasks.values()
+                if task.status is TaskStatus.SUBMITTED
+                and (task.run_at is None or task.run_at <= now)
+            ]
+        return min(waiting, key=lambda task: (task.updated_at, task.id), default=None)
+
+    def _beat_worker(self, worker: Worker) -> None:
+        with self._changed:
+            known = self._worker_rows.get(worker.id)
+            if known is not None:
+                worker = worker.model_copy(update={"started_at": known.started_at})
+            self._worker_rows[worker.id] = worker
+
+    def _workers(self) -> list[tuple[Worker, datetime]]:
+        now = self._now()
+        with self._changed:
+            return [(worker, now) for worker in self._worker_rows.values()]
+
+    def _forget_workers(self, worker_id: str | None, beat_before: datetime | None) -> int:
+        with self._changed:
+            gone = [
+                known
+                for known, worker in self._worker_rows.items()
+                if known == worker_id or (beat_before is not None and worker.beat_at < beat_before)
+            ]
+            for known in gone:
+                del self._worker_rows[known]
+            return len(gone)
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._changed:
@@ -489,4 +592,6 @@ def _listed(task: Task, query: ListQuery) -> bool:
         and (query.context_id is None or task.context_id == query.context_id)
         and (query.name is None or task.name == query.name)
         and (query.updated_after is None or task.updated_at > query.updated_after)
+        and (query.created_after is None or task.created_at > query.created_after)
+        and (query.created_before is None or task.created_at < query.created_before)
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from celery import Celery
 from pydantic import ValidationError
@@ -28,11 +28,17 @@ from queuestore.beat import schedule
 from queuestore.beat.reaper import reap
 from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import BROKER_ERRORS, Publisher
+from queuestore.core import tracing
 from queuestore.core.callbacks import DEFAULT_CALLBACK_ID, CallbackRequest
 from queuestore.core.concurrency import NO_LIMITS, ConcurrencyLimits
-from queuestore.core.errors import CallbackRefused, InvalidTaskData, QueueStoreError
+from queuestore.core.errors import (
+    CallbackRefused,
+    InvalidTaskData,
+    InvalidTransition,
+    QueueStoreError,
+)
 from queuestore.core.logs import quiet_revoke_bookkeeping
-from queuestore.core.models import Task, new_task_id
+from queuestore.core.models import Task, TaskStatus, new_task_id
 from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.validation import json_kind
@@ -46,6 +52,13 @@ from queuestore.run.jobs import (
 from queuestore.store.base import TaskStore
 
 log = logging.getLogger(__name__)
+
+
+RESUBMITTED_FROM: Final = "queuestore.resubmitted_from"
+"""The metadata key of a resubmitted task that names the task it ran again."""
+
+RESUBMITTABLE: Final = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
+"""The statuses of the tasks :meth:`TaskQueue.resubmit` submits again."""
 
 
 class TaskQueue:
@@ -250,25 +263,28 @@ class TaskQueue:
             self.store.url_policy.check_url(callback.url)  # before anything is written
         if unique_key is not None and task_id is None:
             task_id = new_task_id()  # to tell a new task from the key's holder
-        task = self.store.create(
-            name,
-            input,
-            owner=owner,
-            context_id=context_id,
-            ttl=ttl,
-            metadata=metadata,
-            task_id=task_id,
-            run_at=_start(run_at, delay),
-            unique_key=unique_key,
-            priority=priority,
-        )
-        joined = unique_key is not None and task.id != task_id
-        if callback is not None:
-            self._register(task, callback, owner, joined=joined)
-        if joined:
-            return task  # the live task that holds the key, already on its way
-        if self.publisher.starts_soon(task) and self.publisher.admitted([task]):
-            self.publisher.try_publish(task)
+        with tracing.span("queuestore.submit", kind="producer", attributes={tracing.JOB: name}):
+            task = self.store.create(
+                name,
+                input,
+                owner=owner,
+                context_id=context_id,
+                ttl=ttl,
+                metadata=metadata,
+                task_id=task_id,
+                run_at=_start(run_at, delay),
+                unique_key=unique_key,
+                priority=priority,
+                traceparent=tracing.traceparent(),
+            )
+            tracing.annotate(task)
+            joined = unique_key is not None and task.id != task_id
+            if callback is not None:
+                self._register(task, callback, owner, joined=joined)
+            if joined:
+                return task  # the live task that holds the key, already on its way
+            if self.publisher.starts_soon(task) and self.publisher.admitted([task]):
+                self.publisher.try_publish(task)
         return task
 
     def _register(
@@ -330,6 +346,17 @@ class TaskQueue:
         """
         items = [self._creation(index, item) for index, item in enumerate(tasks)]
         callbacks = [item.pop("callback", None) for item in items]
+        with tracing.span("queuestore.submit", kind="producer"):
+            context = tracing.traceparent()
+            return self._submit_all(
+                [item | {"traceparent": context} if context else item for item in items],
+                callbacks,
+            )
+
+    def _submit_all(
+        self, items: list[dict[str, Any]], callbacks: list[CallbackRequest | None]
+    ) -> list[Task]:
+        """:meth:`submit_many` once its items are checked."""
         created = self.store.create_many(items)
         if any(callbacks):
             self._register_all(created, items, callbacks)
@@ -394,6 +421,33 @@ class TaskQueue:
                 "revoke of %s not sent (%s); the worker sees the cancel itself", task_id, exc
             )
         return task
+
+    def resubmit(self, task_id: str, *, owner: Owner = ANY) -> Task:
+        """Submit a failed or cancelled task's job again, as a new task linked to the old one.
+
+        A finished task stays as it ended (terminal is sticky): the new task
+        has its job, input, owner, context, ttl and priority, and its metadata
+        with :data:`RESUBMITTED_FROM` set to the old task's id. It is
+        submitted as :meth:`submit` does, with no start time, unique key or
+        callback (register one on the new task).
+
+        Raises:
+            InvalidTransition: the task is not ``failed`` or ``cancelled``.
+            InvalidTaskData: the task's input no longer fits its registered job.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        old = self.store.get(task_id, owner=owner)
+        if old.status not in RESUBMITTABLE:
+            raise InvalidTransition(old.id, old.status, None, RESUBMITTABLE)
+        return self.submit(
+            old.name,
+            old.input,
+            owner=old.owner,
+            context_id=old.context_id,
+            ttl=old.ttl,
+            metadata={**old.metadata, RESUBMITTED_FROM: old.id},
+            priority=old.priority,
+        )
 
     def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
         """Answer a task in ``input_required`` and run its job again.

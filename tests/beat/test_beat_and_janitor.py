@@ -48,3 +48,21 @@ def test_the_janitor_task_removes_only_expired_terminal_tasks(
 
     assert removed == 1
     assert {t.id for t in store.list().tasks} == {kept.id, *(t.id for t in live)}
+
+
+def test_the_janitor_folds_the_rollup_and_forgets_silent_workers(
+    app: Celery, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = queue.store
+    folded: list[int] = []
+    fold = store.fold_rollup
+    monkeypatch.setattr(store, "fold_rollup", lambda: folded.append(fold()) or folded[-1])
+    store.beat_worker("h:1:old", host="h", pid=1)
+    clock = [datetime.now(UTC) + timedelta(hours=2)]
+    monkeypatch.setattr(store, "_now", lambda: clock[0])
+    store.beat_worker("h:2:new", host="h", pid=2)
+
+    app.tasks[JANITOR_TASK](ttl_seconds=3600)
+
+    assert len(folded) == 1
+    assert [worker.id for worker in store.workers()] == ["h:2:new"]

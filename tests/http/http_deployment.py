@@ -14,7 +14,9 @@ from tests.integration.harness import Deployment, LoggedProcess, free_port, wait
 
 HERE = Path(__file__).resolve().parent
 
-TOKENS = {"token-alice": "alice", "token-bob": "bob"}
+TOKENS = {"token-alice": "alice", "token-bob": "bob", "token-ops": "ops"}
+ADMINS = ["ops"]
+"""The principals that operate the servers (QUEUESTORE_HTTP_ADMINS)."""
 TRUSTED_HEADER = "X-Forwarded-User"
 
 
@@ -59,7 +61,10 @@ class HttpDeployment:
             sys.executable, "-m", "queuestore", "serve", "--host", "127.0.0.1",
             "--port", str(port), *(["--app", app] if app else []), *flags,
         ]  # fmt: skip
-        defaults = {"QUEUESTORE_HTTP_TOKENS": json.dumps(TOKENS)}
+        defaults = {
+            "QUEUESTORE_HTTP_TOKENS": json.dumps(TOKENS),
+            "QUEUESTORE_HTTP_ADMINS": json.dumps(ADMINS),
+        }
         process = LoggedProcess.start(
             f"api :{port}",
             command,

@@ -454,11 +454,13 @@ def test_running_shows_the_caller_s_runs_beside_the_limits() -> None:
 
 def test_whoami_names_the_callers_principal(queue: TaskQueue) -> None:
     with client(queue, http_tokens={"t1": "alice"}, http_trusted_header="X-User") as http:
-        assert http.get("/whoami").json() == {"principal": None}
+        assert http.get("/whoami").json() == {"principal": None, "admin": False}
         assert http.get("/whoami", headers={"Authorization": "Bearer t1"}).json() == {
-            "principal": "alice"
+            "principal": "alice",
+            "admin": False,
         }
-        assert http.get("/whoami", headers={"X-User": "carol"}).json() == {"principal": "carol"}
+        carol = http.get("/whoami", headers={"X-User": "carol"}).json()
+        assert carol == {"principal": "carol", "admin": False}
         refused = http.get("/whoami", headers={"Authorization": "Bearer t2"})
         assert refused.status_code == 401
         assert refused.json()["type"].endswith("unauthorized")

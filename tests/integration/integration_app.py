@@ -25,6 +25,23 @@ app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
 RECORDS = Path(os.environ["QUEUESTORE_TEST_RECORDS"])
 
 
+def _trace_to_file(path: str) -> None:
+    """Record this process's spans (OpenTelemetry's SDK), one JSON object a line."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    out = open(path, "a", buffering=1)  # noqa: SIM115 - kept open for the process's life
+    exporter = ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+
+if os.environ.get("QUEUESTORE_TEST_SPANS"):
+    _trace_to_file(os.environ["QUEUESTORE_TEST_SPANS"])
+
+
 def record_message(task_id: str | None, event: str) -> None:
     """Append ``event`` to ``<task id>.messages``: every publish and delivery of its message."""
     if task_id is None:

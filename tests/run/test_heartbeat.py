@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import datetime
@@ -9,6 +10,7 @@ from datetime import datetime
 from celery import Celery
 
 from queuestore import TaskContext, TaskQueue, TaskStatus
+from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.jobs import execute
 from tests.celery_support import eventually, register
 
@@ -52,3 +54,24 @@ def test_the_heartbeat_keeps_the_lease_of_a_long_job_alive(app: Celery, queue: T
     assert first is not None
     assert later is not None
     assert later > first
+
+
+def test_the_heartbeat_writes_the_workers_row_with_what_it_runs(
+    app: Celery, queue: TaskQueue
+) -> None:
+    seen: list[list[str]] = []
+
+    def call(ctx: TaskContext) -> None:
+        seen.append(eventually(lambda: [w.running for w in queue.store.workers() if w.running]))
+
+    task = queue.submit("test.job")
+    execute(queue.publisher, register(app, call), task.id)
+    heartbeat = Heartbeat.of(queue.publisher)
+    (worker,) = queue.store.workers()
+
+    assert seen == [[[task.id]]]
+    assert worker.id == heartbeat.worker_id
+    assert (worker.pid, worker.host) == (os.getpid(), heartbeat.host)
+    assert eventually(lambda: not queue.store.workers()[0].running)  # idle, still beating
+    heartbeat.retire()
+    assert queue.store.workers() == []

@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, insert, inspect, text
 
 from queuestore import Settings, SqlTaskStore, make_engine
+from queuestore.core.rollup import bucket_of
 from queuestore.store.sql.migrations import (
     MIGRATIONS,
     VERSION_TABLE,
@@ -273,3 +274,37 @@ def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_tim
 def test_an_empty_database_differs_from_the_models(empty_engine: Engine) -> None:
     # The drift check must be able to fail: with no migration, the table is missing.
     assert any(change[0] == "add_table" for change in drift(empty_engine))  # type: ignore[index]
+
+
+def test_the_rollup_counts_the_rows_there_were_before_it(empty_engine: Engine) -> None:
+    # 0012 adds the rollup: the tasks already there are counted once, as if written since.
+    finished = datetime.now(UTC) - timedelta(minutes=2)
+    with empty_engine.begin() as connection:
+        upgrade(connection, "0011")
+        connection.execute(insert(TABLE).values(old_row(owner="alice")))
+        ended = old_row(
+            id="t-done",
+            status="completed",
+            owner="bob",
+            started_at=finished - timedelta(seconds=3),
+            finished_at=finished,
+            updated_at=finished,
+        )
+        connection.execute(insert(TABLE).values(ended))
+    store = SqlTaskStore(empty_engine)
+
+    store.migrate()
+    rollup = store.rollup()
+
+    assert {(c.status, c.owner, c.value) for c in rollup.counts} == {
+        ("submitted", "alice", 1),
+        ("completed", "bob", 1),
+    }
+    assert rollup.total("submitted") == 2
+    assert rollup.histogram("run") == {bucket_of(3000): 1}
+    assert rollup.job_total("x.y", "completed") == 1
+    with empty_engine.begin() as connection:
+        downgrade(connection, "0011")
+    assert "queuestore_rollup_counts" not in inspect(empty_engine).get_table_names()
+    store.migrate()
+    assert drift(empty_engine) == []

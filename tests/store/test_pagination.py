@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from queuestore import ANY, InvalidCursor, Task, TaskPage, TaskStatus, TaskStore
+from queuestore import ANY, InvalidCursor, InvalidTaskData, Task, TaskPage, TaskStatus, TaskStore
 
 from .support import StoreFactory, reach
 
@@ -77,6 +77,22 @@ def test_list_filters_by_status_context_name_and_updated_after(store: TaskStore)
 
     touched = store.update(working.id, progress=0.5)
     assert ids(updated_after=fresh.updated_at) == {touched.id}
+
+
+def test_list_and_count_keep_the_tasks_created_in_a_span(store: TaskStore) -> None:
+    first, middle, last = (store.create("a.job", owner="alice") for _ in range(3))
+    span = {"created_after": first.created_at, "created_before": last.created_at}
+
+    assert [t.id for t in store.list(**span).tasks] == [middle.id]
+    assert store.count(**span) == 1
+    assert store.count(owner="alice", created_after=middle.created_at) == 1
+    assert [t.id for t in store.list(created_before=middle.created_at).tasks] == [first.id]
+    paged = store.list(created_before=last.created_at, limit=1)
+    assert paged.next_cursor is not None
+    with pytest.raises(InvalidCursor):
+        store.list(created_before=middle.created_at, cursor=paged.next_cursor)
+    with pytest.raises(InvalidTaskData, match="created_after"):
+        store.list(created_after=datetime(2026, 1, 1))  # naive
 
 
 def test_tasks_updated_while_paging_are_neither_skipped_nor_repeated(store: TaskStore) -> None:

@@ -84,4 +84,5 @@ def test_the_package_holds_the_modules_it_says() -> None:
         "schema",
         "store",
         "deliveries",
+        "operator",
     }

@@ -27,6 +27,7 @@ The statements:
   not published (or, scheduled, is about to start).
 - :func:`mark_published`: the publish marks of published jobs.
 - :func:`count_unpublished`, :data:`COUNT_BY_STATUS`: the metrics' counts.
+- :func:`oldest_waiting`: the overview's submitted task that waited longest.
 - :data:`CLOCK`: the database's clock.
 """
 
@@ -106,6 +107,7 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.priority,
     C.errors,
     C.suspends,
+    C.traceparent,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.core.models.Task`."""
 
@@ -248,6 +250,7 @@ NEW_FIELDS: Final = (
     *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
     "unique_key",
     "priority",
+    "traceparent",
 )
 """The columns a new task's parameters give; the rest are constants or the clock."""
 
@@ -340,6 +343,8 @@ class PageShape:
     name: bool
     updated_after: bool
     after: bool
+    created_after: bool = False
+    created_before: bool = False
 
 
 def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
@@ -353,6 +358,10 @@ def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
         conditions.append(C.name == bindparam("name", type_=C.name.type))
     if shape.updated_after:
         conditions.append(C.updated_at > bindparam("updated_after", type_=UTCDateTime))
+    if shape.created_after:
+        conditions.append(C.created_at > bindparam("created_after", type_=UTCDateTime))
+    if shape.created_before:
+        conditions.append(C.created_at < bindparam("created_before", type_=UTCDateTime))
     return conditions
 
 
@@ -488,6 +497,19 @@ def count_unpublished(before: ColumnElement[datetime]) -> Select[int]:
             and_(C.run_at.is_(None), C.updated_at <= before),
             and_(C.run_at.is_not(None), C.run_at <= before),
         ),
+    )
+
+
+def oldest_waiting(now: ColumnElement[datetime]) -> Select[Any]:
+    """The submitted task due by ``now`` written longest ago (by the status index)."""
+    return (
+        select(*COLUMNS)
+        .where(
+            C.status == _sql_text(TaskStatus.SUBMITTED.value),
+            or_(C.run_at.is_(None), C.run_at <= now),
+        )
+        .order_by(C.updated_at, C.id)
+        .limit(1)
     )
 
 
@@ -816,12 +838,16 @@ def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, A
         name=query.name is not None,
         updated_after=query.updated_after is not None,
         after=after,
+        created_after=query.created_after is not None,
+        created_before=query.created_before is not None,
     )
     params: dict[str, Any] = {
         "owner": query.scope.owner,
         "context_id": query.context_id,
         "name": query.name,
         "updated_after": query.updated_after,
+        "created_after": query.created_after,
+        "created_before": query.created_before,
     }
     return shape, params
 

@@ -1,4 +1,5 @@
-"""queuestore's tables, as typed SQLAlchemy 2 mappings: tasks, watches, callbacks, deliveries.
+"""queuestore's tables, as typed SQLAlchemy 2 mappings: tasks, watches, callbacks, deliveries,
+the rollup and the workers.
 
 The Alembic migrations in ``queuestore/store/sql/migrations`` build exactly this schema;
 a test compares the two on SQLite and PostgreSQL.
@@ -14,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     DateTime,
     Dialect,
     Float,
@@ -22,6 +24,7 @@ from sqlalchemy import (
     MetaData,
     SmallInteger,
     String,
+    Table,
     Text,
     text,
     true,
@@ -115,6 +118,8 @@ class TaskRow(Base):
     # its message went out. False for a record something else runs (an A2A
     # agent in its server process), which the sweep never publishes.
     job: Mapped[bool] = mapped_column(Boolean, server_default=true())
+    # The W3C trace context of the submit that created it, for the runs to join its trace.
+    traceparent: Mapped[str | None] = mapped_column(String(55))
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_STATUSES})", name="status"),
@@ -295,3 +300,74 @@ class DeliveryRow(Base):
             sqlite_where=text(_PENDING),
         ),
     )
+
+
+ROLLUP_LOG = Table(
+    "queuestore_rollup_log",
+    Base.metadata,
+    # NULL: a change of a current count (metric: the status); else the series' minute.
+    Column("minute", UTCDateTime(), nullable=True),
+    Column("metric", String(20), nullable=False),
+    Column("name", String(200), nullable=False),
+    # The owner of a current count ('' for none); always '' in the series.
+    Column("owner", String(256), nullable=False),
+    Column("bucket", SmallInteger(), nullable=False),
+    Column("delta", Integer(), nullable=False),
+)
+"""The rollup's fresh entries: triggers on the tasks and the deliveries append one per
+change (no row is ever updated, so writers never wait on each other), and
+``fold_rollup`` moves them into :class:`RollupCountRow`, :class:`RollupSeriesRow` and
+:class:`RollupJobRow` (migration 0012 and :mod:`queuestore.core.rollup` say what is counted)."""
+
+
+class RollupCountRow(Base):
+    """How many tasks of a job and owner ('' for none) are in a status, as folded."""
+
+    __tablename__ = "queuestore_rollup_counts"
+
+    status: Mapped[str] = mapped_column(String(20), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+
+class RollupSeriesRow(Base):
+    """Every job's count of a metric (in a bucket) in the step of ``step`` seconds from
+    ``start``, as folded."""
+
+    __tablename__ = "queuestore_rollup_series"
+
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    metric: Mapped[str] = mapped_column(String(20), primary_key=True)
+    bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+
+class RollupJobRow(Base):
+    """A job's count of a metric (in a bucket) in the hour from ``start``, as folded."""
+
+    __tablename__ = "queuestore_rollup_jobs"
+
+    start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(20), primary_key=True)
+    bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+
+class WorkerRow(Base):
+    """A worker process, as its heartbeat last wrote it (see :class:`queuestore.Worker`)."""
+
+    __tablename__ = "queuestore_workers"
+
+    id: Mapped[str] = mapped_column(String(300), primary_key=True)
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str | None] = mapped_column(String(256))
+    pool: Mapped[str | None] = mapped_column(String(64))
+    concurrency: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    beat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The ids of the tasks it ran at its last beat.
+    running: Mapped[list[Any]] = mapped_column(JsonColumn)

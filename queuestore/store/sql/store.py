@@ -30,12 +30,14 @@ from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import StoreUnavailable, TaskConflict
 from queuestore.core.models import Task, TaskStatus
 from queuestore.core.owner import OwnerScope
+from queuestore.core.rollup import CurrentCount, SeriesCount
 from queuestore.core.watch import Listener, StatusChange
+from queuestore.core.workers import Worker
 from queuestore.store.backend import ListQuery, NewTask, SweepFilter, Write, publish_order
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
-from queuestore.store.sql import codec, deliveries, queries
+from queuestore.store.sql import codec, deliveries, operator, queries
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -299,6 +301,7 @@ class SqlTaskStore(TaskStore):
             "run_at": new.run_at,
             "unique_key": new.unique_key,
             "priority": new.priority,
+            "traceparent": new.traceparent,
         }
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
@@ -489,6 +492,45 @@ class SqlTaskStore(TaskStore):
             return
         with self._listening(deliveries.DELIVERY_CHANNEL) as listen:
             yield listen
+
+    # -- the operator's view ------------------------------------------------
+
+    def _fold_rollup(self) -> int:
+        with self._transaction() as connection:
+            return operator.fold(connection, postgres=self._postgres)
+
+    def _prune_rollup(self, short_before: datetime, long_before: datetime) -> None:
+        with self._transaction() as connection:
+            operator.prune(connection, short_before, long_before)
+
+    def _current_counts(self) -> list[CurrentCount]:
+        with self._executor.connection() as connection:
+            return operator.current_counts(connection)
+
+    def _series_counts(self, step: timedelta, since: datetime, *, timed: bool) -> list[SeriesCount]:
+        with self._executor.connection() as connection:
+            return operator.series(connection, step, since, timed=timed)
+
+    def _job_counts(self, since: datetime) -> list[SeriesCount]:
+        with self._executor.connection() as connection:
+            return operator.jobs(connection, since)
+
+    def _oldest_waiting(self, now: datetime) -> Task | None:
+        found = self._rows(queries.oldest_waiting(self._clock.at(now)))
+        return found[0] if found else None
+
+    def _beat_worker(self, worker: Worker) -> None:
+        with self._executor.connection() as connection:
+            operator.beat(connection, worker, self._clock.at(), postgres=self._postgres)
+
+    def _workers(self) -> list[tuple[Worker, datetime]]:
+        now = self._now()
+        with self._executor.connection() as connection:
+            return [(worker, now) for worker in operator.workers(connection)]
+
+    def _forget_workers(self, worker_id: str | None, beat_before: datetime | None) -> int:
+        with self._executor.connection() as connection:
+            return operator.forget(connection, worker_id, beat_before)
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._executor.connection() as connection:
