@@ -126,7 +126,7 @@ def _document_json(app: FastAPI) -> None:
         components.setdefault("JsonDocument", JSON_DOCUMENT_SCHEMA)
         service: Service | None = getattr(app.state, "queuestore", None)
         if service is not None:
-            state_jobs(components, tasks.job_functions(service))
+            state_jobs(components, tasks.jobs_of(service))
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]

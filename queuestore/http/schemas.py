@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Annotated, Any, Final
 
@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from queuestore import Job
 from queuestore.core.callbacks import CallbackEvents, CallbackRequest
 from queuestore.core.urls import MAX_URL_LENGTH
 from queuestore.core.validation import NAME_PATTERN
@@ -124,7 +125,7 @@ _CREATE_BODIES: Final = ("CreateTask", "CreateTaskItem")
 """The components whose ``name`` and ``input`` :func:`state_jobs` states."""
 
 
-def state_jobs(schemas: dict[str, Any], jobs: Mapping[str, Callable[..., Any]]) -> None:
+def state_jobs(schemas: dict[str, Any], jobs: Mapping[str, Job]) -> None:
     """State the server's ``jobs`` in the create bodies' ``schemas`` (OpenAPI components).
 
     ``name`` becomes an ``enum`` of the jobs, and one ``oneOf`` branch a job
@@ -135,8 +136,10 @@ def state_jobs(schemas: dict[str, Any], jobs: Mapping[str, Callable[..., Any]]) 
     if not jobs:
         return
     branches = []
-    for name, function in sorted(jobs.items()):
-        takes = job_input_schema(function)
+    for name, job in sorted(jobs.items()):
+        takes, definitions = job_input_schema(job)
+        for model, definition in definitions.items():
+            schemas.setdefault(model, definition)
         needed = ["name", "input"] if "required" in takes or "not" in takes else ["name"]
         branches.append(
             {"properties": {"name": {"const": name}, "input": takes}, "required": needed}
@@ -146,31 +149,23 @@ def state_jobs(schemas: dict[str, Any], jobs: Mapping[str, Callable[..., Any]]) 
         schemas[component]["oneOf"] = branches
 
 
-def job_input_schema(function: Callable[..., Any]) -> dict[str, Any]:
-    """The JSON Schema of the input ``function(ctx, **input)`` takes.
+def job_input_schema(job: Job) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON Schema of the input ``job`` takes, and the components its ``$ref``s name.
 
-    The rule is the worker's (``inspect.signature(function).bind(ctx, **input)``):
-    the keyword parameters after the context, those without a default required,
-    no other key unless it takes ``**kwargs``. Any JSON value fits a parameter.
+    The rule is the worker's (:class:`~queuestore.run.inputs.JobInput`): the keyword
+    parameters after the context, each with its annotation's schema (any JSON value
+    without one), those without a default required, no other key unless the function
+    takes ``**kwargs``. A function that cannot take the context and its input by
+    keyword takes nothing.
     """
-    parameters = list(inspect.signature(function).parameters.values())
+    parameters = list(inspect.signature(job.function).parameters.values())
     if not parameters or parameters[0].kind not in _TAKES_THE_CONTEXT:
-        return dict(_NOTHING_FITS)
+        return dict(_NOTHING_FITS), {}
     if parameters[0].kind is not _Parameter.VAR_POSITIONAL:
         parameters = parameters[1:]
     if any(p.kind is _Parameter.POSITIONAL_ONLY and p.default is p.empty for p in parameters):
-        return dict(_NOTHING_FITS)  # a positional-only parameter cannot be given by keyword
-    keywords = [p for p in parameters if p.kind in _BY_KEYWORD]
-    others = any(p.kind is _Parameter.VAR_KEYWORD for p in parameters)
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {p.name: _JSON_DOCUMENT_REF for p in keywords},
-        "additionalProperties": _JSON_DOCUMENT_REF if others else False,
-    }
-    required = [p.name for p in keywords if p.default is p.empty]
-    if required:
-        schema["required"] = required
-    return schema
+        return dict(_NOTHING_FITS), {}  # a positional-only parameter cannot be given by keyword
+    return job.input.json_schema("#/components/schemas/{model}")
 
 
 class _Body(BaseModel):

@@ -10,12 +10,12 @@ translates.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 
+from queuestore import Job
 from queuestore.core.errors import TaskConflict, TaskNotFound
 from queuestore.core.models import TASK_ID_PATTERN, TaskStatus, new_task_id
 from queuestore.core.owner import Owner
@@ -140,9 +140,9 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
     }
 
 
-def job_functions(service: Service) -> dict[str, Callable[..., Any]]:
-    """The functions of the jobs this process knows (``--app``), by name; none without."""
-    return {name: job.function for name, job in service.queue.sync.jobs.items()}
+def jobs_of(service: Service) -> dict[str, Job]:
+    """The jobs this process knows (``--app``), by name; none without."""
+    return service.queue.sync.jobs
 
 
 def check_job_name(service: Service, name: str) -> None:

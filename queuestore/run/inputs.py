@@ -63,6 +63,14 @@ class JobInput:
         }
         return given | (checked.__pydantic_extra__ or {})
 
+    def json_schema(self, ref_template: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The JSON Schema of the input :meth:`arguments` accepts, and the definitions its
+        ``$ref``s name (each a ``ref_template`` with ``{model}``), kept apart."""
+        schema = self._built().model_json_schema(by_alias=True, ref_template=ref_template)
+        definitions = schema.pop("$defs", {})
+        schema.pop("title", None)
+        return schema, definitions
+
     def _built(self) -> type[BaseModel]:
         # Built at first use, not at registration: annotations may name types
         # defined after the job in its module.

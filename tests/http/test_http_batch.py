@@ -150,7 +150,7 @@ def test_a_key_reused_for_another_item_refuses_the_batch(
     ("bad", "kind", "said"),
     [
         ({"name": "http.add", "input": [1, 2]}, "invalid-request", "body.tasks.3.input"),
-        ({"name": "http.add", "input": {"a": 1, "c": 2}}, "invalid-task-data", "tasks[3].input"),
+        ({"name": "http.add", "input": {"a": 1, "c": 2}}, "invalid-task-data", "tasks[3].input.b"),
         ({"name": "http.nothing"}, "unknown-job", "tasks[3].name"),
         ({"name": "http.add", "owner": "bob"}, "invalid-request", "body.tasks.3.owner"),
         (

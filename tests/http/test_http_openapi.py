@@ -65,7 +65,8 @@ def parameter(document: dict[str, Any], name: str) -> dict[str, Any]:
 
 BODIES = [
     ({"name": "reports.build", "input": {"month": "2026-11"}}, True),
-    ({"name": "reports.build", "input": {"month": 11, "draft": True}}, True),
+    ({"name": "reports.build", "input": {"month": "11", "draft": True}}, True),
+    ({"name": "reports.build", "input": {"month": 11}}, False),  # month is a str
     ({"name": "reports.build"}, False),  # month is required
     ({"name": "reports.build", "input": {"draft": True}}, False),
     ({"name": "reports.build", "input": {"month": "2026-11", "colour": "red"}}, False),
