@@ -85,6 +85,12 @@ class NewTask:
     """No other live task of the owner may hold it."""
     priority: int = 0
     """From 0 to 9, the most urgent."""
+    start_by: datetime | None = None
+    """Not claimed by then, it never runs."""
+    deadline_at: datetime | None = None
+    """Still live then, it fails."""
+    run_timeout: timedelta | None = None
+    """How long each run may take; None: its job's timeout."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -106,6 +112,9 @@ class NewTask:
             run_at=self.run_at,
             unique_key=self.unique_key,
             priority=self.priority,
+            start_by=self.start_by,
+            deadline_at=self.deadline_at,
+            run_timeout=self.run_timeout,
         )
 
 

@@ -473,6 +473,7 @@ class InMemoryTaskStore(TaskStore):
 def _matches(task: Task, write: Write, now: datetime) -> bool:
     return (
         (write.claim is None or task.run_at is None or task.run_at <= now)
+        and (write.claim is None or task.waits_on is None)
         and write.scope.admits(task.owner)
         and task.status in write.from_statuses
         and (write.expected_version is None or task.version == write.expected_version)

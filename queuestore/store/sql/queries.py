@@ -106,8 +106,19 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.priority,
     C.errors,
     C.suspends,
+    C.parent_id,
+    C.spawn_key,
+    C.depth,
+    C.waits_on,
+    C.start_by,
+    C.deadline_at,
+    C.run_timeout_ms,
+    C.run_deadline_at,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.core.models.Task`."""
+
+IN_MILLISECONDS: Final = {"ttl_ms": "ttl", "run_timeout_ms": "run_timeout"}
+"""The columns that hold a ``Task``'s duration in milliseconds, and the field each is."""
 
 NOTIFY_CHANNEL = "queuestore_tasks"
 """PostgreSQL channel announcing changes as ``<task id>:<status>``.
@@ -248,6 +259,7 @@ NEW_FIELDS: Final = (
     *("id", "name", "input", "owner", "context_id", "ttl_ms", "metadata", "job", "run_at"),
     "unique_key",
     "priority",
+    *("start_by", "deadline_at", "run_timeout_ms"),
 )
 """The columns a new task's parameters give; the rest are constants or the clock."""
 
@@ -389,12 +401,12 @@ TASK_JSON = literal_column("task", Text())
 def _task_object(rows: Any) -> ColumnElement[Any]:
     """``json_build_object`` of a task's fields from ``rows``, named as ``Task`` names them.
 
-    ``ttl`` is given in seconds, which pydantic reads as a ``timedelta``.
+    ``ttl`` and ``run_timeout`` are given in seconds, which pydantic reads as a ``timedelta``.
     """
     pairs: list[Any] = []
     for column in COLUMNS:
-        if column.key == "ttl_ms":
-            pairs += [_sql_text("ttl"), rows.c.ttl_ms / 1000.0]
+        if column.key in IN_MILLISECONDS:
+            pairs += [_sql_text(IN_MILLISECONDS[column.key]), rows.c[column.key] / 1000.0]
         else:
             pairs += [_sql_text(str(column.key)), rows.c[column.key]]
     return func.json_build_object(*pairs)
@@ -426,8 +438,8 @@ def page_tasks_json(shape: PageShape) -> ClauseElement:
     (``ttl`` in seconds).
     """
     rows = cast(Select[Any], page_tasks(shape)).with_only_columns(
-        *[column for column in COLUMNS if column.key != "ttl_ms"],
-        (C.ttl_ms / 1000.0).label("ttl"),
+        *[column for column in COLUMNS if column.key not in IN_MILLISECONDS],
+        *[(C[key] / 1000.0).label(field) for key, field in IN_MILLISECONDS.items()],
     )
     page = rows.subquery("page_rows")
     newest_first = (page.c.created_at.desc(), page.c.id.desc())
@@ -642,6 +654,7 @@ def write_task(
     if shape.claim:
         # Never before its start, on the store's clock, whoever published it early.
         conditions.append(or_(C.run_at.is_(None), C.run_at <= clock.now()))
+        conditions.append(_not_parked())
     if shape.limits is not None:
         conditions += _within(shape.limits)
     # Announce the change in the same statement, hence the same commit.
@@ -865,9 +878,19 @@ def _unpublished() -> list[ColumnElement[bool]]:
     return [
         C.job,
         C.published_at.is_(None),
-        C.worker_id.is_(None),
-        statuses_in(PENDING_STATUSES),
+        *_pending(),
     ]
+
+
+def _pending() -> list[ColumnElement[bool]]:
+    """The pending rule's terms (:data:`queuestore.store.pending.PENDING_SQL`): a run may
+    claim the row. Spelled as the sweep's partial indexes spell it, which SQLite needs."""
+    return [C.worker_id.is_(None), _not_parked(), statuses_in(PENDING_STATUSES)]
+
+
+def _not_parked() -> ColumnElement[bool]:
+    """Not parked until its child tasks end (``waits_on``)."""
+    return C.waits_on.is_(None)
 
 
 def _admitted(among: SweepFilter | None) -> list[ColumnElement[bool]]:
@@ -909,8 +932,7 @@ def unpublished(
         select(*COLUMNS)
         .where(
             C.job,
-            statuses_in(PENDING_STATUSES),
-            C.worker_id.is_(None),
+            *_pending(),
             due,
             *_admitted(among),
         )

@@ -286,12 +286,15 @@ class SqlTaskStore(TaskStore):
             "input": new.input,
             "owner": new.owner,
             "context_id": new.context_id,
-            "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
+            "ttl_ms": _milliseconds(new.ttl),
             "metadata": new.metadata,
             "job": new.job,
             "run_at": new.run_at,
             "unique_key": new.unique_key,
             "priority": new.priority,
+            "start_by": new.start_by,
+            "deadline_at": new.deadline_at,
+            "run_timeout_ms": _milliseconds(new.run_timeout),
         }
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
@@ -588,3 +591,8 @@ class SqlTaskStore(TaskStore):
                 yield listen
             finally:
                 connection.exec_driver_sql(f"UNLISTEN {channel}")
+
+
+def _milliseconds(duration: timedelta | None) -> int | None:
+    """A duration as a column of milliseconds holds it."""
+    return None if duration is None else round(duration.total_seconds() * 1000)
