@@ -40,6 +40,9 @@ from queuestore.core.models import (
     PARKED,
     TERMINAL,
     Artifact,
+    Step,
+    StepKind,
+    StepStatus,
     Task,
     TaskError,
     TaskStatus,
@@ -170,6 +173,26 @@ class Write:
     mark_finished: bool = False
     base: Task | None = None
     limits: ConcurrencyLimits | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """How a named step of a run ended, checked, for the backend to record.
+
+    Attributes:
+        name: the step's name, its key within its task.
+        kind: a step or a sleep (whose ``result`` holds its wake time).
+        status: completed (with ``result``) or failed (with ``error``).
+        elapsed: how long its body ran; the record's ``started_at`` is that
+            long before its ``finished_at`` (the store's clock).
+    """
+
+    name: str
+    kind: StepKind
+    status: StepStatus
+    result: JsonValue = None
+    error: TaskError | None = None
+    elapsed: timedelta = timedelta(0)
 
 
 class SweepFilter(NamedTuple):
@@ -348,6 +371,21 @@ class StoreBackend(ABC):
     def _count_unpublished(self, older_than: timedelta) -> int:
         """How many unclaimed submitted or working jobs were never published, though
         last written (or, scheduled, due to start) ``older_than`` ago or earlier."""
+
+    @abstractmethod
+    def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
+        """Record a step of the run ``worker_id`` holds on a ``working`` task, atomically.
+
+        A new name is inserted; a failed step of the same kind is replaced
+        (``tries`` + 1). None, writing nothing, when the task is not ``working``
+        under ``worker_id``, or when a step of that name is completed or of
+        another kind. The task's row is not written.
+        """
+
+    @abstractmethod
+    def _steps(self, task_id: str, scope: OwnerScope) -> builtins.list[Step] | None:
+        """The task's steps, oldest first by ``(finished_at, name)``; None if the task
+        is not visible in ``scope``."""
 
     @abstractmethod
     def _now(self) -> datetime:

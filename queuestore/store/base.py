@@ -27,6 +27,7 @@ from queuestore.core.models import (
     LIVE,
     PARKED,
     Artifact,
+    Step,
     Task,
     TaskError,
     TaskPage,
@@ -325,6 +326,20 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    def steps(self, task_id: str, *, owner: Owner = ANY) -> builtins.list[Step]:
+        """The named steps (and durable sleeps) the task's runs recorded, oldest first.
+
+        Each has its status, result or error, timing, and the run (``attempt``)
+        that recorded it. Owner-scoped as :meth:`get`.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner.
+        """
+        steps = self._steps(check.task_id(task_id), self._scope(owner))
+        if steps is None:
+            raise TaskNotFound(task_id)
+        return steps
 
     def update(
         self,

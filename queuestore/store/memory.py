@@ -13,13 +13,14 @@ from queuestore.core.callbacks import Callback, Delivery, DeliveryState, event_i
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import TaskConflict
-from queuestore.core.models import TERMINAL, Task, TaskStatus
+from queuestore.core.models import TERMINAL, Step, StepStatus, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
     UNSET,
     ListQuery,
     NewTask,
+    StepOutcome,
     SweepFilter,
     Write,
     publish_order,
@@ -48,6 +49,8 @@ class InMemoryTaskStore(TaskStore):
         # Push: each task's callbacks by id, with their keys; the deliveries by id.
         self._callbacks_of: dict[str, dict[str, tuple[str, Callback]]] = {}
         self._delivery_rows: dict[int, tuple[str, Delivery]] = {}
+        # Each task's named steps by name, in the order they were first recorded.
+        self._steps_of: dict[str, dict[str, Step]] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -123,6 +126,38 @@ class InMemoryTaskStore(TaskStore):
             self._written(task, written, write.status)
             return written
 
+    def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or task.status is not TaskStatus.WORKING or task.worker_id != worker_id:
+                return None
+            steps = self._steps_of.setdefault(task_id, {})
+            old = steps.get(outcome.name)
+            if old is not None and (old.status is StepStatus.COMPLETED or old.kind != outcome.kind):
+                return None
+            now = self._now()
+            step = Step(
+                name=outcome.name,
+                kind=outcome.kind,
+                status=outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                attempt=task.attempt,
+                tries=1 if old is None else old.tries + 1,
+                started_at=now - outcome.elapsed,
+                finished_at=now,
+            )
+            steps[outcome.name] = step
+            return step
+
+    def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or not scope.admits(task.owner):
+                return None
+            steps = list(self._steps_of.get(task_id, {}).values())
+        return sorted(steps, key=lambda step: (step.finished_at, step.name))
+
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         with self._changed:
             tasks = [task for task in self._tasks.values() if _listed(task, query)]
@@ -144,6 +179,7 @@ class InMemoryTaskStore(TaskStore):
 
     def _forget(self, task_id: str) -> None:
         del self._tasks[task_id]
+        self._steps_of.pop(task_id, None)
         self._callbacks_of.pop(task_id, None)
         for delivery_id in [i for i, (_, d) in self._delivery_rows.items() if d.task_id == task_id]:
             del self._delivery_rows[delivery_id]

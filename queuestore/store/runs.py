@@ -18,12 +18,16 @@ from queuestore.core import validation as check
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.errors import (
     InvalidTaskData,
+    TaskConflict,
     TaskNotFound,
 )
 from queuestore.core.models import (
     PARKED,
     TERMINAL,
     Artifact,
+    Step,
+    StepKind,
+    StepStatus,
     Task,
     TaskError,
     TaskStatus,
@@ -31,7 +35,9 @@ from queuestore.core.models import (
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
+    _RACE_RETRIES,
     UNSET,
+    StepOutcome,
     StoreBackend,
     SweepFilter,
     Unset,
@@ -332,6 +338,84 @@ class RunVerbs(StoreBackend):
         return self._read_modify_write(
             task_id, write, lambda task: {"suspends": task.suspends + 1}, known=known
         )
+
+    def record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step:
+        """Record how a named step of a run ended, fenced by the run's lease.
+
+        One statement that writes the step, not the task: a step of a new name
+        is inserted; a failed one is replaced (``tries`` + 1). A completed step
+        is never replaced: recording it again returns the step as first
+        recorded, whose result every later run is given.
+
+        Raises:
+            InvalidTaskData: a bad name, result or error, or the name belongs to a
+                step of another kind; nothing is written.
+            InvalidTransition: the task is no longer ``working``.
+            LeaseLost: ``worker_id`` no longer holds the task.
+            TaskNotFound: the task is gone.
+        """
+        task_id = check.task_id(task_id)
+        worker_id = check.worker_id(worker_id)
+        outcome = self._checked_step(outcome)
+        held = Write(
+            scope=OwnerScope(unscoped=True),
+            from_statuses=frozenset({TaskStatus.WORKING}),
+            fence=worker_id,
+        )
+        for _ in range(_RACE_RETRIES):
+            recorded = self._record_step(task_id, worker_id, outcome)
+            if recorded is not None:
+                for observer in self._observers:
+                    observer.step_recorded(task_id, recorded)
+                return recorded
+            self._explain_refusal(task_id, held)
+            kept = self._kept_step(task_id, outcome)
+            if kept is not None:
+                return kept
+        raise TaskConflict(f"task {task_id!r} kept changing under a step", task_id=task_id)
+
+    def _checked_step(self, outcome: StepOutcome) -> StepOutcome:
+        """``outcome`` with its name, result and error checked (bad ones raise)."""
+        if not isinstance(outcome, StepOutcome):
+            raise InvalidTaskData("must be a StepOutcome", field="step")
+        if not isinstance(outcome.elapsed, timedelta) or outcome.elapsed < timedelta(0):
+            raise InvalidTaskData("must be a timedelta of zero or more", field="elapsed")
+        return replace(
+            outcome,
+            name=check.step_name(outcome.name),
+            kind=StepKind(outcome.kind),
+            status=StepStatus(outcome.status),
+            result=check.json_value(outcome.result, "result", self.max_payload_bytes),
+            error=check.error(outcome.error, self.max_payload_bytes),
+        )
+
+    def _kept_step(self, task_id: str, outcome: StepOutcome) -> Step | None:
+        """After a refused record by the run holding the task: the completed step that
+        stays, or None (it changed meanwhile: record again).
+
+        Raises:
+            InvalidTaskData: the name is a step of another kind.
+        """
+        steps = self._steps(task_id, OwnerScope(unscoped=True)) or []
+        kept = next((step for step in steps if step.name == outcome.name), None)
+        if kept is not None and kept.kind is not outcome.kind:
+            raise InvalidTaskData(
+                f"{outcome.name!r} is a {kept.kind} of this task, not a {outcome.kind}",
+                field="step",
+                task_id=task_id,
+            )
+        return kept if kept is not None and kept.status is StepStatus.COMPLETED else None
+
+    def run_steps(self, task_id: str) -> builtins.list[Step]:
+        """Every step the task's runs recorded, oldest first (for a run: no owner scope).
+
+        Raises:
+            TaskNotFound: the task is gone.
+        """
+        steps = self._steps(check.task_id(task_id), OwnerScope(unscoped=True))
+        if steps is None:
+            raise TaskNotFound(task_id)
+        return steps
 
     def mark_published(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.

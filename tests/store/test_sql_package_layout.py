@@ -4,7 +4,7 @@
 executor runs them, the codec decodes their rows, the engine module makes
 engines, the schema module declares the tables. ``deliveries``, off the tasks'
 hot path, builds and runs the statements of callbacks and deliveries on the
-connections the store hands it.
+connections the store hands it; ``steps`` builds the statements of named steps.
 These tests read the modules' imports, so that a statement built elsewhere
 (an inline ``select``, a ``func.now()``) is found before review has to.
 """
@@ -84,4 +84,5 @@ def test_the_package_holds_the_modules_it_says() -> None:
         "schema",
         "store",
         "deliveries",
+        "steps",
     }

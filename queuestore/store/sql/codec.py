@@ -26,7 +26,7 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON
 
-from queuestore.core.models import Artifact, PageOfTasks, Task, TaskError, TaskStatus
+from queuestore.core.models import Artifact, PageOfTasks, Step, Task, TaskError, TaskStatus
 from queuestore.core.watch import StatusChange
 from queuestore.store.sql.queries import COLUMNS, IN_MILLISECONDS, PAGE_JSON, TASK_JSON
 
@@ -49,6 +49,12 @@ def task(row: dict[str, Any]) -> Task:
         milliseconds = row.pop(column)
         row[field] = None if milliseconds is None else timedelta(milliseconds=milliseconds)
     return Task.model_validate(row)
+
+
+def step(row: dict[str, Any]) -> Step:
+    """The step a row of ``steps.task_steps`` holds (its task's id left out)."""
+    del row["task_id"]
+    return Step.model_validate(row)
 
 
 def tasks(rows: Sequence[dict[str, Any]]) -> list[Task]:

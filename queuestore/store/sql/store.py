@@ -28,14 +28,21 @@ from queuestore.core.callbacks import Callback, Delivery, DeliveryState
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import StoreUnavailable, TaskConflict
-from queuestore.core.models import Task, TaskStatus
+from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
-from queuestore.store.backend import ListQuery, NewTask, SweepFilter, Write, publish_order
+from queuestore.store.backend import (
+    ListQuery,
+    NewTask,
+    StepOutcome,
+    SweepFilter,
+    Write,
+    publish_order,
+)
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
-from queuestore.store.sql import codec, deliveries, queries
+from queuestore.store.sql import codec, deliveries, queries, steps
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -346,6 +353,50 @@ class SqlTaskStore(TaskStore):
         params |= self._clock_params(lease)
         rows = self._executor.rows(prepared, params, read=False)
         return codec.task_after_write(write.base, rows[0], sent) if rows else None
+
+    def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
+        # The result comes back only where jsonb would not store it as sent.
+        with_result = self._postgres and not codec.stored_as_sent(outcome.result)
+        prepared = self._executor.prepare(
+            ("record_step", with_result),
+            lambda: steps.record_step(self._clock, with_result=with_result),
+            steps.recorded(with_result=with_result),
+        )
+        error = None if outcome.error is None else outcome.error.model_dump(mode="json")
+        params = {
+            "task_id": task_id,
+            "worker": worker_id,
+            "name": outcome.name,
+            "kind": outcome.kind.value,
+            "status": outcome.status.value,
+            "result": outcome.result,
+            "error": error,
+        } | self._clock.params(back=-outcome.elapsed)
+        rows = self._executor.rows(prepared, params, read=False)
+        if not rows:
+            return None
+        row = rows[0]
+        return Step(
+            name=outcome.name,
+            kind=outcome.kind,
+            status=outcome.status,
+            result=row["result"] if with_result else outcome.result,
+            error=outcome.error,
+            attempt=row["attempt"],
+            tries=row["tries"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+
+    def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
+        kind = queries.scope_kind(scope)
+        prepared = self._executor.prepare(
+            ("steps", kind), lambda: steps.task_steps(kind), steps.STEP_COLUMNS
+        )
+        rows = self._executor.rows(prepared, {"task_id": task_id, "owner": scope.owner}, read=True)
+        if not rows:
+            return None
+        return [codec.step(row) for row in rows if row["name"] is not None]
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         shape, params = queries.page_shape(query, after=after is not None)
