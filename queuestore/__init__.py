@@ -27,6 +27,9 @@ from queuestore.core.models import (
     TERMINAL,
     TRANSITIONS,
     Artifact,
+    Step,
+    StepKind,
+    StepStatus,
     Task,
     TaskError,
     TaskPage,
@@ -39,6 +42,7 @@ from queuestore.core.urls import UrlPolicy
 from queuestore.push.deliverer import Deliverer, DeliveryPolicy
 from queuestore.push.signing import SigningSecret
 from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
+from queuestore.run.steps import step
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
 from queuestore.submit.queue import TaskQueue
 
@@ -73,6 +77,9 @@ __all__ = [
     "Settings",
     "SigningSecret",
     "SqlTaskStore",
+    "Step",
+    "StepKind",
+    "StepStatus",
     "StoreUnavailable",
     "Task",
     "TaskConflict",
@@ -87,4 +94,5 @@ __all__ = [
     "job",
     "make_engine",
     "new_task_id",
+    "step",
 ]

@@ -6,16 +6,19 @@ what the job reports, and the run batches it (see :mod:`queuestore.run.lease`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec
 
 from pydantic import JsonValue
 
 from queuestore.core import validation as check
 from queuestore.core.models import Artifact, Task
 from queuestore.run.lease import JobCancelled, Run
+from queuestore.run.steps import StepLog
 from queuestore.store.backend import UNSET, Unset
+
+P = ParamSpec("P")
 
 __all__ = ["InputRequested", "JobCancelled", "Suspended", "TaskContext"]
 
@@ -59,6 +62,7 @@ class TaskContext:
     def __init__(self, run: Run) -> None:
         self._run = run
         self._questions = 0
+        self._steps = StepLog(run)
 
     @property
     def task(self) -> Task:
@@ -132,6 +136,30 @@ class TaskContext:
         self.raise_if_cancelled()
         self._run.flush()
 
+    def step(
+        self, name: str, body: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> JsonValue:
+        """Run ``body(*args, **kwargs)`` as the named step ``name``, once for the task.
+
+        When the body returns, its result (JSON, within the store's payload
+        limit) is recorded under the task and ``name``, fenced by this run's
+        lease, and returned as stored. Any later run of the task -- after a
+        crash, a retry, an answer, a sleep or a wait for children -- gets that
+        result without calling the body. A body that raises has its error
+        recorded and the exception goes on; the next run runs it again.
+
+        A step's body runs at least once; its recorded result exists exactly
+        once. Steps are keyed by name, not by the order of the calls: give
+        each call in a run its own name (a name used twice in one run is
+        refused), and keep a name for the same work across deploys. Steps may
+        nest; a sleep, a wait or a question inside a step's body is refused.
+
+        Raises:
+            InvalidTaskData: a bad or reused name, or a result the store refuses.
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        return self._steps.run(name, body, *args, **kwargs)
+
     def request_input(self, prompt: str) -> JsonValue:
         """Ask the caller a question and return the answer.
 
@@ -141,6 +169,7 @@ class TaskContext:
         returns the answer. A job may ask several questions: each call returns
         the answer to the question asked at the same point.
         """
+        self._steps.refuse_inside_a_step("request_input")
         index = self._questions
         self._questions += 1
         if index < len(self._run.task.answers):

@@ -45,6 +45,7 @@ from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
+from queuestore.run.steps import error_of
 from queuestore.store.pending import is_pending
 
 __all__ = [
@@ -292,15 +293,7 @@ def _call(registered: Job, run: Run) -> _Outcome:
 
 
 def _failure(exc: BaseException) -> _Outcome:
-    kind = type(exc)
-    qualified = (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else (f"{kind.__module__}.{kind.__qualname__}")
-    )
-    # The message is the job's text: keep it storable (PostgreSQL refuses NUL).
-    error = TaskError(type=qualified, message=str(exc).replace("\x00", "\ufffd")[:10_000])
-    return _Outcome(TaskStatus.FAILED, {"error": error}, raised=exc)
+    return _Outcome(TaskStatus.FAILED, {"error": error_of(exc)}, raised=exc)
 
 
 def _was_taken(run: Run) -> bool:
