@@ -7,15 +7,17 @@ what the job reports, and the run batches it (see :mod:`queuestore.run.lease`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec
 
 from pydantic import JsonValue
 
 from queuestore.core import validation as check
+from queuestore.core.errors import InvalidTaskData
 from queuestore.core.models import Artifact, Task
 from queuestore.run.lease import JobCancelled, Run
 from queuestore.run.steps import StepLog
+from queuestore.run.suspend import Suspended
 from queuestore.store.backend import UNSET, Unset
 
 P = ParamSpec("P")
@@ -29,19 +31,6 @@ class InputRequested(BaseException):
     def __init__(self, prompt: str) -> None:
         super().__init__(prompt)
         self.prompt = prompt
-
-
-class Suspended(BaseException):
-    """Ends the current run to wait until ``until``; the job runs again from the start then.
-
-    The task stays ``working`` with no worker slot and no broker message held
-    (``TaskStore.suspend``); ``message`` becomes its status message meanwhile.
-    """
-
-    def __init__(self, until: datetime, message: str) -> None:
-        super().__init__(message)
-        self.until = until
-        self.message = message
 
 
 class TaskContext:
@@ -84,6 +73,11 @@ class TaskContext:
         """Which run this is: 1 for the first; each answered question, each retry
         of the job's retry policy and each retry after a lost worker starts another."""
         return self._run.task.attempt
+
+    @property
+    def run_started_at(self) -> datetime:
+        """When this run's claim took the task, on the store's clock."""
+        return self._run.claimed_at
 
     @property
     def cancelled(self) -> bool:
@@ -159,6 +153,37 @@ class TaskContext:
             JobCancelled: the task was cancelled or its lease lost.
         """
         return self._steps.run(name, body, *args, **kwargs)
+
+    def sleep(self, name: str, duration: timedelta | float) -> None:
+        """Sleep ``duration`` (a timedelta, or seconds) without holding a worker.
+
+        The first call of ``name`` records its wake time and ends the run: the
+        task stays ``working`` with no worker slot and no broker message held,
+        and the store runs the job again at that time (the sweep publishes it,
+        as for ``run_at``). That run passes this call at once, with finished
+        steps skipped. A cancel meanwhile means it never wakes. Sleeps are
+        named like steps (one name per sleep of the job); a duration of zero
+        or less returns at once.
+
+        Raises:
+            InvalidTaskData: a bad duration, or a bad or reused name.
+        """
+        if isinstance(duration, int | float) and not isinstance(duration, bool):
+            duration = timedelta(seconds=duration)
+        if not isinstance(duration, timedelta):
+            raise InvalidTaskData("must be a timedelta or a number of seconds", field="duration")
+        if duration <= timedelta(0):
+            return
+        self._steps.sleep(name, lambda now: now + duration)
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """Sleep until ``when`` (timezone-aware) without holding a worker; see :meth:`sleep`.
+
+        Raises:
+            InvalidTaskData: a naive ``when``, or a bad or reused name.
+        """
+        until = check.aware(when, "when").astimezone(UTC)
+        self._steps.sleep(name, lambda _: until)
 
     def request_input(self, prompt: str) -> JsonValue:
         """Ask the caller a question and return the answer.

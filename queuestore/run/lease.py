@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from queuestore.broker.publisher import Publisher
@@ -66,7 +67,13 @@ class Run:
         self._refused: InvalidTaskData | None = None
         # One write at a time (the job's thread or the heartbeat's), in order.
         self._writing = threading.Lock()
-        self._written_at = time.monotonic()
+        self._written_at = self._claimed_monotonic = time.monotonic()
+        self.claimed_at = (
+            datetime.now(UTC)
+            if task.lease_expires_at is None
+            else task.lease_expires_at - publisher.options.lease
+        )
+        """When the claim took the task, on the store's clock (from the claim's row)."""
 
     @property
     def task(self) -> Task:
@@ -77,6 +84,11 @@ class Run:
     def task_id(self) -> str:
         """The id of the task this run works on."""
         return self._task.id
+
+    def store_now(self) -> datetime:
+        """The store's clock now, as this run reckons it: its claim's time plus the
+        time elapsed since (a monotonic clock: no skew between the two machines)."""
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self._claimed_monotonic)
 
     # -- stopping -------------------------------------------------------
 

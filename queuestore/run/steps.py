@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
@@ -36,6 +36,7 @@ from queuestore.core.errors import (
 from queuestore.core.models import Step, StepKind, StepStatus, TaskError
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, riding_out_outages
+from queuestore.run.suspend import Suspended
 from queuestore.store.backend import StepOutcome
 
 T = TypeVar("T")
@@ -152,6 +153,38 @@ class StepLog:
         self.depth -= 1
         return self.record(_ended(checked, started, result=value)).result
 
+    def sleep(self, name: object, wake: Callable[[datetime], datetime]) -> None:
+        """Sleep ``name`` until ``wake(now)``: the run ends, and a later run passes it.
+
+        The first call of a name records its wake time as a step of kind
+        ``sleep`` (``now`` on the store's clock, as this run reckons it), then
+        ends the run (:class:`Suspended`). A run that finds it recorded
+        returns once it started at or after that time, else ends again: it
+        came early (its park was lost and the reaper gave it a run).
+
+        Raises:
+            InvalidTaskData: a bad or reused name, or one of another kind.
+            JobCancelled: the task was cancelled or its lease lost.
+            Suspended: the run ends here until the wake time.
+        """
+        self.refuse_inside_a_step("sleep")
+        checked, kept = self.take(name, StepKind.SLEEP)
+        if kept is None:
+            until = wake(self._run.store_now())
+            self.record(
+                StepOutcome(
+                    name=checked,
+                    kind=StepKind.SLEEP,
+                    status=StepStatus.COMPLETED,
+                    result={"until": until.isoformat()},
+                )
+            )
+        else:
+            until = _wake_time(kept)
+        if self._run.claimed_at >= until:
+            return
+        raise Suspended(until, f"sleeping until {until:%Y-%m-%dT%H:%M:%SZ} ({checked})")
+
     def refuse_inside_a_step(self, what: str) -> None:
         """Refuse a call that ends the run (a sleep, a wait...) inside a step's body.
 
@@ -177,6 +210,14 @@ def _ended(
         error=error,
         elapsed=timedelta(seconds=time.monotonic() - started),
     )
+
+
+def _wake_time(sleep: Step) -> datetime:
+    """The wake time a recorded sleep holds."""
+    until = sleep.result.get("until") if isinstance(sleep.result, dict) else None
+    if not isinstance(until, str):
+        raise InvalidTaskData(f"sleep {sleep.name!r} holds no wake time", field="step")
+    return datetime.fromisoformat(until).astimezone(UTC)
 
 
 def step(name: str | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
