@@ -13,6 +13,7 @@ from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.errors import (
     BrokerUnavailable,
     CallbackRefused,
+    ChildFailed,
     InvalidCursor,
     InvalidTaskData,
     InvalidTransition,
@@ -59,6 +60,7 @@ __all__ = [
     "CallbackFormat",
     "CallbackRefused",
     "CallbackRequest",
+    "ChildFailed",
     "ConcurrencyLimits",
     "Deliverer",
     "Delivery",

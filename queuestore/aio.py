@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
-from queuestore.core.models import Artifact, Task, TaskError, TaskPage, TaskStatus
+from queuestore.core.models import Artifact, Step, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.watch import AsyncWatch
 from queuestore.store.backend import UNSET, Unset
@@ -52,6 +52,9 @@ class AsyncTaskStore:
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
         return await self.sync.run_async(
@@ -67,6 +70,9 @@ class AsyncTaskStore:
             run_at=run_at,
             unique_key=unique_key,
             priority=priority,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
 
     async def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
@@ -87,6 +93,7 @@ class AsyncTaskStore:
         updated_after: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> TaskPage:
         """See :meth:`TaskStore.list`."""
         return await self.sync.run_async(
@@ -98,6 +105,7 @@ class AsyncTaskStore:
             updated_after=updated_after,
             limit=limit,
             cursor=cursor,
+            parent_id=parent_id,
         )
 
     async def count(
@@ -108,6 +116,7 @@ class AsyncTaskStore:
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> int:
         """See :meth:`TaskStore.count`."""
         return await self.sync.run_async(
@@ -117,7 +126,12 @@ class AsyncTaskStore:
             context_id=context_id,
             name=name,
             updated_after=updated_after,
+            parent_id=parent_id,
         )
+
+    async def steps(self, task_id: str, *, owner: Owner = ANY) -> builtins.list[Step]:
+        """See :meth:`TaskStore.steps`."""
+        return await self.sync.run_async(self.sync.steps, task_id, owner=owner)
 
     async def update(
         self,
@@ -162,6 +176,12 @@ class AsyncTaskStore:
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskStore.cancel`."""
         return await self.sync.run_async(self.sync.cancel, task_id, owner=owner, reason=reason)
+
+    async def cancel_tree(
+        self, task_id: str, *, owner: Owner = ANY, reason: str | None = None
+    ) -> builtins.list[Task]:
+        """See :meth:`TaskStore.cancel_tree`."""
+        return await self.sync.run_async(self.sync.cancel_tree, task_id, owner=owner, reason=reason)
 
     async def delete(self, task_id: str, *, owner: Owner = ANY) -> None:
         """See :meth:`TaskStore.delete`."""

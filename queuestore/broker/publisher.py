@@ -14,6 +14,7 @@ import contextlib
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -206,6 +207,22 @@ class Publisher:
                 break
             published += 1
         return published
+
+    def wake_parents(self, ended: Iterable[Task]) -> list[Task]:
+        """Wake the parents parked on these ended tasks, and publish them; the ones woken.
+
+        A parent waiting for its children (``TaskContext.wait``) runs again once
+        none it waits for is live: whoever ends a child calls this, so the
+        parent runs at once; the sweep wakes any parent whose waker died
+        (:meth:`TaskStore.wake_due <queuestore.TaskStore.wake_due>`).
+        """
+        parents = {task.parent_id for task in ended if task.parent_id and task.is_terminal}
+        if not parents:
+            return []
+        woken = self.store.wake(parents)
+        for task in self.admitted(woken):
+            self.try_publish(task)
+        return woken
 
 
 def countdown_for(task: Task, countdown: float | None) -> float | None:

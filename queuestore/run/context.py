@@ -6,7 +6,7 @@ what the job reports, and the run batches it (see :mod:`queuestore.run.lease`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec
 
@@ -15,6 +15,7 @@ from pydantic import JsonValue
 from queuestore.core import validation as check
 from queuestore.core.errors import InvalidTaskData
 from queuestore.core.models import Artifact, Task
+from queuestore.run.children import Children, FindJob, spawn_arguments
 from queuestore.run.lease import JobCancelled, Run
 from queuestore.run.steps import StepLog
 from queuestore.run.suspend import Suspended
@@ -48,10 +49,11 @@ class TaskContext:
     report or :meth:`raise_if_cancelled` raises :class:`JobCancelled`.
     """
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, *, find_job: FindJob | None = None) -> None:
         self._run = run
         self._questions = 0
         self._steps = StepLog(run)
+        self._children = Children(run, self._steps, find_job)
 
     @property
     def task(self) -> Task:
@@ -73,6 +75,11 @@ class TaskContext:
         """Which run this is: 1 for the first; each answered question, each retry
         of the job's retry policy and each retry after a lost worker starts another."""
         return self._run.task.attempt
+
+    @property
+    def parent_id(self) -> str | None:
+        """The task whose run spawned this one; None for a root task."""
+        return self._run.task.parent_id
 
     @property
     def run_started_at(self) -> datetime:
@@ -184,6 +191,81 @@ class TaskContext:
         """
         until = check.aware(when, "when").astimezone(UTC)
         self._steps.sleep(name, lambda _: until)
+
+    def spawn(
+        self,
+        job: Any,
+        input: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        timeout: timedelta | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        priority: int | None = None,
+        context_id: str | None = None,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """Start a child task running ``job`` (a :class:`~queuestore.Job` or its name).
+
+        The child is a task of its own (``parent_id`` is this task's), owned
+        by this task's owner; its context, ttl and priority default to this
+        task's, and its deadlines are no later than this task's ``deadline``.
+        ``key`` names it among this task's children -- by default its job and
+        input, so the same work is one child: a run that spawns again after a
+        crash, a sleep or a wait gets the child it started, and starts nothing
+        twice. Give distinct keys to run the same job and input twice.
+
+        Raises:
+            InvalidTaskData: bad arguments, input the registered job cannot take,
+                or a tree deeper than the queue allows.
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        child = spawn_arguments(
+            job,
+            input,
+            key=key,
+            timeout=timeout,
+            start_by=start_by,
+            deadline=deadline,
+            priority=priority,
+            context_id=context_id,
+            ttl=ttl,
+            metadata=metadata,
+        )
+        return self._children.spawn_many([child])[0]
+
+    def spawn_many(self, children: Iterable[Mapping[str, Any]]) -> list[Task]:
+        """:meth:`spawn` for many children, in one transaction: each a mapping of its
+        arguments (``job`` required). Returns them in the order given."""
+        return self._children.spawn_many(children)
+
+    def children(self) -> list[Task]:
+        """This task's children, oldest first, as the store holds them now."""
+        return self._children.all()
+
+    def wait(self, children: Iterable[Task | str] | None = None) -> list[Task]:
+        """Wait until ``children`` (tasks or ids; None: every child) have all ended.
+
+        When they have, they are returned in the order given (every child
+        oldest first) with their status, result or error. Until then this ends
+        the run without holding a worker slot: the task stays ``working``,
+        parked, and runs again from the start when the last of them ends
+        (steps, sleeps and children done are not repeated); this call then
+        returns them at once.
+
+        Raises:
+            InvalidTaskData: a task that is not a child of this one.
+        """
+        return self._children.wait(children)
+
+    def wait_results(self, children: Iterable[Task | str] | None = None) -> list[JsonValue]:
+        """:meth:`wait`, then the children's results in the same order.
+
+        Raises:
+            ChildFailed: a child did not complete (the first such, in order).
+        """
+        return self._children.results(children)
 
     def request_input(self, prompt: str) -> JsonValue:
         """Ask the caller a question and return the answer.

@@ -208,6 +208,8 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
         else:
             left = _record(run, outcome)
         _hand_off(publisher, run.task)
+        if left is not None and left.parent_id is not None:
+            _wake_parent(publisher, left)
         return left
 
 
@@ -262,6 +264,14 @@ def _hand_off(publisher: Publisher, ended: Task) -> None:
         log.warning("the slot of task %s is not handed on (%s); the sweep will", ended.id, exc)
 
 
+def _wake_parent(publisher: Publisher, ended: Task) -> None:
+    """Wake the parent parked on the child ``ended``; in a store outage the sweep does."""
+    try:
+        publisher.wake_parents([ended])
+    except StoreUnavailable as exc:
+        log.warning("the parent of task %s is not woken (%s); the sweep will", ended.id, exc)
+
+
 @dataclass(frozen=True)
 class _Outcome:
     status: TaskStatus | None
@@ -274,7 +284,9 @@ class _Outcome:
 
 def _call(registered: Job, run: Run) -> _Outcome:
     try:
-        value = registered.function(TaskContext(run), **run.task.input)
+        app = run.publisher.app
+        context = TaskContext(run, find_job=lambda name: registered_job(app, name))
+        value = registered.function(context, **run.task.input)
     except JobCancelled:
         return _Outcome(None)
     except InputRequested as request:
@@ -354,26 +366,34 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
 def _record_suspend(run: Run, suspended: Suspended) -> Task | None:
     """End the run to wait: the reports first, then the wait (``TaskStore.suspend``).
 
-    The next run is published with a countdown when it starts within the
-    queue's ``schedule_ahead``, as for a retry; otherwise the sweep publishes it.
+    A wait for a time is published with a countdown when it ends within the
+    queue's ``schedule_ahead``, as for a retry; otherwise the sweep publishes
+    it. A wait for children that all ended meanwhile (the store refuses the
+    park) ends the run as a wait for now: the next run finds them ended.
     """
 
-    def write() -> Task:
+    def write() -> Task | None:
         run.write()
         return run.publisher.store.suspend(
             run.task_id,
             run.worker_id,
             until=suspended.until,
             message=suspended.message,
+            waits_on=suspended.waits_on,
             known=run.task,
         )
 
     try:
         task = riding_out_outages(write, run.task_id)
+        if task is None:  # nothing it waits for is live any more
+            suspended = Suspended(datetime.now(UTC), suspended.message)
+            task = riding_out_outages(write, run.task_id)
     except (InvalidTaskData, InvalidTransition, LeaseLost, TaskNotFound) as exc:
         log.info("task %s changed under its run (%s); suspend dropped", run.task_id, exc)
         return None
-    if suspended.until - datetime.now(UTC) <= run.publisher.options.schedule_ahead:
+    assert task is not None  # a wait for a time is never refused without an error
+    until = suspended.until
+    if until is not None and until - datetime.now(UTC) <= run.publisher.options.schedule_ahead:
         run.publisher.try_publish(task)
     return task
 

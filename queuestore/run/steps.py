@@ -101,7 +101,7 @@ class StepLog:
                 self._kept = {}
             else:
                 store, task_id = self._run.publisher.store, self._run.task_id
-                steps = self._stored(lambda: store.run_steps(task_id))
+                steps = self.stored(lambda: store.run_steps(task_id))
                 self._kept = {step.name: step for step in steps}
         return self._kept
 
@@ -113,13 +113,17 @@ class StepLog:
             JobCancelled: the task was cancelled or its lease lost.
         """
         store, run = self._run.publisher.store, self._run
-        recorded = self._stored(lambda: store.record_step(run.task_id, run.worker_id, outcome))
+        recorded = self.stored(lambda: store.record_step(run.task_id, run.worker_id, outcome))
         assert self._kept is not None  # read by take()
         self._kept[recorded.name] = recorded
         return recorded
 
-    def _stored(self, call: Callable[[], T]) -> T:
-        """A store call of the run's: a lost task stops the run."""
+    def stored(self, call: Callable[[], T]) -> T:
+        """A store call of the run's, riding out a database restart; a lost task stops the run.
+
+        Raises:
+            JobCancelled: the task was cancelled or its lease lost.
+        """
         try:
             with interrupts.deferred():
                 return riding_out_outages(call, self._run.task_id)

@@ -8,13 +8,18 @@ __all__ = ["Suspended"]
 
 
 class Suspended(BaseException):
-    """Ends the current run to wait until ``until``; the job runs again from the start then.
+    """Ends the current run to wait; the job runs again from the start then.
 
-    The task stays ``working`` with no worker slot and no broker message held
-    (``TaskStore.suspend``); ``message`` becomes its status message meanwhile.
+    It waits until ``until``, or (``waits_on``: child task ids, ``[]`` for every
+    child) until those children have ended. The task stays ``working`` with no
+    worker slot and no broker message held (``TaskStore.suspend``); ``message``
+    becomes its status message meanwhile.
     """
 
-    def __init__(self, until: datetime, message: str) -> None:
+    def __init__(
+        self, until: datetime | None, message: str, *, waits_on: list[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.until = until
         self.message = message
+        self.waits_on = waits_on

@@ -68,6 +68,10 @@ Unset = Literal[_Unset.UNSET]
 
 _RACE_RETRIES: Final = 50
 
+ENDS_ITS_CHILDREN: Final = frozenset({TaskStatus.CANCELLED, TaskStatus.FAILED})
+"""A task that ends in one of these cancels its live descendants; a completed one does not
+(the children it did not wait for are work of their own)."""
+
 
 @dataclass(frozen=True, slots=True)
 class NewTask:
@@ -176,6 +180,30 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
+class NewChild:
+    """A validated child task to insert under the parent a run holds.
+
+    What is None here comes from the parent's row: ``context_id``, ``ttl`` and
+    ``priority`` are the parent's; the owner always is. ``start_by`` and
+    ``deadline_at`` are bounded by the parent's ``deadline_at``.
+    """
+
+    id: str
+    name: str
+    input: dict[str, JsonValue]
+    spawn_key: str
+    """Its key among its parent's children: a second spawn with it returns this child."""
+    context_id: str | None = None
+    ttl: timedelta | None = None
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
+    priority: int | None = None
+    run_at: datetime | None = None
+    start_by: datetime | None = None
+    deadline_at: datetime | None = None
+    run_timeout: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StepOutcome:
     """How a named step of a run ended, checked, for the backend to record.
 
@@ -230,13 +258,17 @@ class ListQuery:
     context_id: str | None = None
     name: str | None = None
     updated_after: datetime | None = None
+    parent: str | Unset | None = UNSET
+    """A task's children (its id), root tasks only (None), or any task (UNSET)."""
 
     def fingerprint(self) -> str:
         """A text that changes with any filter, binding cursors to their listing."""
         statuses = sorted(self.statuses) if self.statuses is not None else None
         after = self.updated_after.isoformat() if self.updated_after else None
         # JSON keeps the parts apart: filter values may contain any separator.
-        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
+        parts: list[Any] = [self.scope.fingerprint(), statuses, self.context_id, self.name, after]
+        if self.parent is not UNSET:
+            parts.append({"parent": self.parent})
         return json.dumps(parts, separators=(",", ":"))
 
 
@@ -267,12 +299,27 @@ class StoreBackend(ABC):
         if observer not in self._observers:
             self._observers = (*self._observers, observer)
 
-    def _observed(self, task: Task | None, write: Write) -> Task | None:
-        """Pass a committed status write on to the observers; return ``task``."""
+    def _observed(self, task: Task | None, write: Write, *, cascade: bool = True) -> Task | None:
+        """Pass a committed status write on to the observers; return ``task``.
+
+        A write that left the task cancelled or failed cancels its live
+        descendants (unless ``cascade`` is off: the caller does it).
+        """
         if task is not None and write.status is not None:
             for observer in self._observers:
                 observer.status_written(task, claimed=write.claim is not None)
+            if cascade and task.status in ENDS_ITS_CHILDREN:
+                self._cascade(task)
         return task
+
+    def _cascade(self, ended: Task) -> builtins.list[Task]:
+        """Cancel the live descendants of a task that ended cancelled or failed."""
+        reason = f"ended with task {ended.id} above it ({ended.status})"
+        cancelled = self._cancel_descendants(ended.id, reason)
+        for task in cancelled:
+            for observer in self._observers:
+                observer.status_written(task, claimed=False)
+        return cancelled
 
     # -- backend primitives -------------------------------------------------
 
@@ -388,6 +435,44 @@ class StoreBackend(ABC):
         is not visible in ``scope``."""
 
     @abstractmethod
+    def _spawn(
+        self, parent_id: str, worker_id: str, children: Sequence[NewChild], max_depth: int
+    ) -> builtins.list[tuple[Task, bool]] | None:
+        """Insert ``children`` under the parent ``worker_id`` holds, in one transaction.
+
+        Each comes back with True when inserted, or as the child already
+        holding its key with False. None, writing nothing, when the parent is
+        not ``working`` under ``worker_id`` or is ``max_depth`` deep.
+
+        Raises:
+            InvalidTaskData: a key is held by a child of another job (nothing written).
+        """
+
+    @abstractmethod
+    def _park(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Sequence[str]
+    ) -> Task | None:
+        """End the run ``worker_id`` holds on a working task to wait for its children.
+
+        As a suspend with no start time, ``waits_on`` set. None, writing
+        nothing, unless the run holds the task and a child it waits for
+        (among ``waits_on``; ``[]``: any) is live.
+        """
+
+    @abstractmethod
+    def _wake(self, task_ids: Sequence[str] | None, limit: int) -> builtins.list[Task]:
+        """Wake parked tasks none of whose waited children is live: ``task_ids``, or (None)
+        up to ``limit`` of any, longest parked first. Woken: pending, unpublished."""
+
+    @abstractmethod
+    def _cancel_descendants(self, task_id: str, reason: str) -> builtins.list[Task]:
+        """Cancel every live descendant of the task, atomically; the tasks cancelled."""
+
+    @abstractmethod
+    def _orphans(self, limit: int) -> builtins.list[Task]:
+        """Live children of cancelled or failed parents (a cascade that did not run)."""
+
+    @abstractmethod
     def _now(self) -> datetime:
         """The store's clock: the database's where it has one."""
 
@@ -498,10 +583,10 @@ class StoreBackend(ABC):
                 result.append(new)
         return result
 
-    def _apply(self, task_id: str, write: Write) -> Task:
+    def _apply(self, task_id: str, write: Write, *, cascade: bool = True) -> Task:
         """Run a write, explaining a refusal with the error that fits the current row."""
         for _ in range(_RACE_RETRIES):
-            written = self._observed(self._write(task_id, write), write)
+            written = self._observed(self._write(task_id, write), write, cascade=cascade)
             if written is not None:
                 return written
             self._explain_refusal(task_id, write)

@@ -92,6 +92,9 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Task:
         """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
@@ -114,9 +117,15 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         most urgent waiting jobs first, and so do the brokers where the queue
         enables priorities (see ``TaskQueue``).
 
+        Deadlines the store enforces (the reaper fails the task): ``start_by``,
+        a job not started by then never runs (``DeadlineExpired``);
+        ``deadline``, a task still live then fails (``DeadlineExceeded``);
+        ``timeout``, how long each run may take (``RunTimedOut``; without it,
+        the job's own ``timeout``).
+
         Raises:
             InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at,
-                unique_key or priority.
+                unique_key, priority, start_by, deadline or timeout.
             TaskConflict: ``task_id`` is already taken.
         """
         new = self._new_task(
@@ -131,6 +140,9 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             run_at=run_at,
             unique_key=unique_key,
             priority=priority,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
         task, created = self._insert(new)
         self._announce_created([(task, created)])
@@ -194,6 +206,9 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> NewTask:
         """The checked row :meth:`create` inserts."""
         owner = check.label(owner, "owner")
@@ -211,6 +226,9 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             run_at=check.run_at(run_at, job=job is True),
             unique_key=check.label(unique_key, "unique_key"),
             priority=check.priority(priority),
+            start_by=check.instant(start_by, "start_by"),
+            deadline_at=check.instant(deadline, "deadline"),
+            run_timeout=check.timeout(timeout),
         )
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
@@ -234,14 +252,20 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         updated_after: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> TaskPage:
         """One page of tasks, newest first, filtered inside the query.
+
+        ``parent_id``: a task's id lists its children (:meth:`TaskContext.spawn
+        <queuestore.TaskContext.spawn>`), None lists root tasks only.
 
         Raises:
             InvalidCursor: ``cursor`` is malformed, altered, or from other filters.
             InvalidTaskData: a bad filter or ``limit`` outside 1..1000.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner, status, context_id, name, updated_after, parent_id=parent_id
+        )
         limit = check.limit(limit)
         after = None if cursor is None else self._cursors.decode(cursor, query.fingerprint())
         if query.scope.nobody or query.statuses == frozenset():
@@ -263,13 +287,16 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> int:
         """How many tasks :meth:`list` with the same filters walks through, in one query.
 
         Raises:
             InvalidTaskData: a bad filter.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner, status, context_id, name, updated_after, parent_id=parent_id
+        )
         if query.scope.nobody or query.statuses == frozenset():
             return 0
         return self._count(query)
@@ -284,6 +311,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         context_id: str | None = None,
         name: str | None = None,
         updated_after: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> str:
         """The cursor of the listing with these filters whose next page starts after a task.
 
@@ -295,7 +323,9 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         Raises:
             InvalidTaskData: a bad filter, id or naive ``created_at``.
         """
-        query = self._list_query(owner, status, context_id, name, updated_after)
+        query = self._list_query(
+            owner, status, context_id, name, updated_after, parent_id=parent_id
+        )
         key = CursorKey(check.aware(created_at, "created_at"), check.task_id(task_id))
         return self._cursors.encode(key, query.fingerprint())
 
@@ -306,6 +336,8 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         context_id: str | None,
         name: str | None,
         updated_after: datetime | None,
+        *,
+        parent_id: str | Unset | None = UNSET,
     ) -> ListQuery:
         return ListQuery(
             scope=self._scope(owner),
@@ -314,6 +346,11 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             name=None if name is None else check.name(name),
             updated_after=(
                 None if updated_after is None else check.aware(updated_after, "updated_after")
+            ),
+            parent=(
+                parent_id
+                if parent_id is UNSET or parent_id is None
+                else check.task_id(parent_id, "parent_id")
             ),
         )
 
@@ -444,13 +481,27 @@ class TaskStore(RunVerbs, DeliveryVerbs):
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """Mark a live task ``cancelled``; later writes by its worker are refused.
 
+        Its live child tasks (and theirs) are cancelled with it.
+
+        Raises:
+            InvalidTransition: the task is already terminal.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        return self.cancel_tree(task_id, owner=owner, reason=reason)[0]
+
+    def cancel_tree(
+        self, task_id: str, *, owner: Owner = ANY, reason: str | None = None
+    ) -> builtins.list[Task]:
+        """:meth:`cancel`, returning the task and then every live descendant it cancelled.
+
         Raises:
             InvalidTransition: the task is already terminal.
             TaskNotFound: no such task visible to ``owner``.
         """
         values = {} if reason is None else {"status_message": check.message(reason, "reason")}
         write = self._transition(self._scope(owner), TaskStatus.CANCELLED, values)
-        return self._apply(check.task_id(task_id), write)
+        task = self._apply(check.task_id(task_id), write, cascade=False)
+        return [task, *self._cascade(task)]
 
     def delete(self, task_id: str, *, owner: Owner = ANY) -> None:
         """Delete the task; nothing happens if it is absent or not visible to ``owner``."""

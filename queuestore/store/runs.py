@@ -8,14 +8,17 @@ verbs because only workers, the reaper and the sweep use them.
 from __future__ import annotations
 
 import builtins
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from queuestore.core import validation as check
 from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import (
     InvalidTaskData,
     TaskConflict,
@@ -31,12 +34,15 @@ from queuestore.core.models import (
     Task,
     TaskError,
     TaskStatus,
+    new_task_id,
 )
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
     _RACE_RETRIES,
     UNSET,
+    ListQuery,
+    NewChild,
     StepOutcome,
     StoreBackend,
     SweepFilter,
@@ -44,6 +50,30 @@ from queuestore.store.backend import (
     Write,
 )
 from queuestore.store.pending import PENDING_STATUSES
+
+MAX_DEPTH: Final = 8
+"""How deep a tree of tasks may grow by default: a root's children are 1 deep."""
+
+_ORPHANED: Final = "its parent task ended"
+
+_CHILDREN_PAGE: Final = 1000
+
+_CHILD_ARGUMENTS: Final = frozenset(
+    {
+        "name",
+        "input",
+        "key",
+        "context_id",
+        "ttl",
+        "metadata",
+        "priority",
+        "run_at",
+        "start_by",
+        "deadline",
+        "timeout",
+    }
+)
+"""What an item of :meth:`RunVerbs.spawn` may hold."""
 
 
 class RunVerbs(StoreBackend):
@@ -301,43 +331,196 @@ class RunVerbs(StoreBackend):
         task_id: str,
         worker_id: str,
         *,
-        until: datetime,
+        until: datetime | None = None,
         message: str | None,
+        waits_on: Iterable[str] | None = None,
         known: Task | None = None,
-    ) -> Task:
-        """End a run to wait until ``until``: the task is neither failed nor lost.
+    ) -> Task | None:
+        """End a run to wait, until ``until`` or until child tasks end: neither failed nor lost.
 
         A compare-and-set fenced by the run's lease, like :meth:`retry`, but
         with no error: the task stays ``working`` but unclaimed, with
-        ``run_at`` set to ``until`` (for the sweep to publish it as a scheduled
-        start's) and ``status_message`` set to ``message``, and ``suspends``
-        counts the run, so the reaper never takes it for a lost one. No status
-        changes, so no callback hears of it. A cancel while it waits ends it as
-        any cancel does.
+        ``status_message`` set to ``message``, and ``suspends`` counts the run,
+        so the reaper never takes it for a lost one. No status changes, so no
+        callback hears of it. A cancel while it waits ends it as any cancel does.
+
+        With ``until``, ``run_at`` is set to it, for the sweep to publish the
+        task as a scheduled start's. With ``waits_on`` (child task ids; empty
+        for every child) the task is *parked*: no run may claim it and the
+        sweep leaves it until none of those children is live, when
+        :meth:`wake` (or the sweep's :meth:`wake_due`) makes it pending again.
+        The park is refused, and None returned with nothing written, when none
+        of them is live any more: the run may go on.
 
         Args:
             known: the run's latest copy of the task; it spares the read first.
 
         Raises:
-            InvalidTaskData: ``until`` or ``message`` is invalid; nothing is written.
+            InvalidTaskData: ``until``, ``message`` or ``waits_on`` is invalid, or
+                neither ``until`` nor ``waits_on`` is given; nothing is written.
             InvalidTransition: the task is no longer ``working``.
             LeaseLost: ``worker_id`` no longer holds the task.
             TaskNotFound: the task is gone.
         """
         task_id = check.task_id(task_id)
+        worker_id = check.worker_id(worker_id)
+        message = check.message(message)
+        if waits_on is not None:
+            if until is not None:
+                raise InvalidTaskData("give until or waits_on, not both", field="waits_on")
+            return self._parked(task_id, worker_id, message, waits_on)
+        if until is None:
+            raise InvalidTaskData("is required: when the run wakes", field="until")
         write = Write(
             scope=OwnerScope(unscoped=True),
             from_statuses=frozenset({TaskStatus.WORKING}),
-            fence=check.worker_id(worker_id),
-            values={
-                "run_at": check.aware(until, "until"),
-                "status_message": check.message(message),
-            },
+            fence=worker_id,
+            values={"run_at": check.aware(until, "until"), "status_message": message},
             release=True,
         )
         return self._read_modify_write(
             task_id, write, lambda task: {"suspends": task.suspends + 1}, known=known
         )
+
+    def _parked(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Iterable[str]
+    ) -> Task | None:
+        """:meth:`suspend` with ``waits_on``: park the task, or None if nothing waited is live."""
+        if isinstance(waits_on, str):
+            raise InvalidTaskData("must be a list of task ids", field="waits_on")
+        ids = [check.task_id(child, "waits_on") for child in waits_on]
+        parked = self._park(task_id, worker_id, message, ids)
+        if parked is None:
+            self._explain_refusal(task_id, _held_by(worker_id))
+        return parked
+
+    def spawn(
+        self,
+        parent_id: str,
+        worker_id: str,
+        children: Iterable[Mapping[str, Any]],
+        *,
+        max_depth: int = MAX_DEPTH,
+    ) -> builtins.list[tuple[Task, bool]]:
+        """Start child tasks of the task a run holds, in one transaction, all or none.
+
+        Each item holds :meth:`TaskStore.create`'s arguments by name (``name``
+        required; ``owner``, ``task_id``, ``job`` and ``unique_key`` are not
+        taken), ``key`` (the child's key among its parent's children; by
+        default made of its name and input, see :func:`spawn_key`), and
+        ``timeout``, ``start_by`` and ``deadline`` as :meth:`TaskStore.create`
+        takes them. A child's owner is its parent's; its context, ttl and
+        priority default to the parent's; its ``start_by`` and ``deadline_at``
+        are no later than the parent's ``deadline_at``. A key a child of this
+        parent holds already gives that child, and writes nothing: a run that
+        spawns again after a crash or a wait starts nothing twice.
+
+        Returns:
+            Each child in the order given, and whether this call created it.
+
+        Raises:
+            InvalidTaskData: an item is invalid (the field says which), two
+                items share a key, a key is held by a child of another job, or
+                the children would be deeper than ``max_depth``; nothing is written.
+            InvalidTransition: the parent is no longer ``working``.
+            LeaseLost: ``worker_id`` no longer holds the parent.
+            TaskNotFound: the parent is gone.
+        """
+        parent_id = check.task_id(parent_id, "parent_id")
+        worker_id = check.worker_id(worker_id)
+        max_depth = check.positive_int(max_depth, "max_depth")
+        news = [self._new_child(index, item) for index, item in enumerate(children)]
+        keys = [new.spawn_key for new in news]
+        if len(set(keys)) != len(keys):
+            raise InvalidTaskData("two children have the same key", field="key")
+        if not news:
+            return []
+        spawned = self._spawn(parent_id, worker_id, news, max_depth)
+        if spawned is None:
+            self._explain_refusal(parent_id, _held_by(worker_id))
+            raise InvalidTaskData(
+                f"task {parent_id!r} is {max_depth} deep already (max_depth)",
+                field="job",
+                task_id=parent_id,
+            )
+        for task, created in spawned:
+            if created:
+                for observer in self._observers:
+                    observer.created(task)
+        return spawned
+
+    def _new_child(self, index: int, item: Mapping[str, Any]) -> NewChild:
+        """One item of :meth:`spawn`, checked."""
+        where = f"children[{index}]"
+        if not isinstance(item, Mapping) or "name" not in item:
+            raise InvalidTaskData("must be a mapping of spawn's arguments, with name", field=where)
+        unknown = set(item) - _CHILD_ARGUMENTS
+        if unknown:
+            raise InvalidTaskData(f"takes no {', '.join(sorted(unknown))}", field=where)
+        try:
+            name = check.name(item["name"])
+            payload = check.json_object(item.get("input"), "input", self.max_payload_bytes)
+            given_key = check.label(item.get("key"), "key")
+            priority = item.get("priority")
+            return NewChild(
+                id=new_task_id(),
+                name=name,
+                input=payload,
+                spawn_key=spawn_key(name, payload) if given_key is None else given_key,
+                context_id=check.label(item.get("context_id"), "context_id"),
+                ttl=check.ttl(item.get("ttl")),
+                metadata=check.json_object(
+                    item.get("metadata"), "metadata", self.max_payload_bytes
+                ),
+                priority=None if priority is None else check.priority(priority),
+                run_at=check.run_at(item.get("run_at"), job=True),
+                start_by=check.instant(item.get("start_by"), "start_by"),
+                deadline_at=check.instant(item.get("deadline"), "deadline"),
+                run_timeout=check.timeout(item.get("timeout")),
+            )
+        except InvalidTaskData as exc:
+            field = where if exc.field is None else f"{where}.{exc.field}"
+            message = str(exc).removeprefix(f"{exc.field}: ")
+            raise InvalidTaskData(message, field=field) from None
+
+    def children(self, parent_id: str) -> builtins.list[Task]:
+        """Every child task of ``parent_id``, oldest first (for its run: no owner scope)."""
+        query = ListQuery(scope=OwnerScope(unscoped=True), parent=check.task_id(parent_id))
+        found: builtins.list[Task] = []
+        after = None
+        while True:
+            page = self._page(query, after, _CHILDREN_PAGE)
+            found += page
+            if len(page) < _CHILDREN_PAGE:
+                return found[::-1]
+            after = CursorKey(page[-1].created_at, page[-1].id)
+
+    def wake(self, task_ids: Iterable[str]) -> builtins.list[Task]:
+        """Wake the parked tasks among ``task_ids`` none of whose waited children is live.
+
+        A woken task is pending and unpublished, for its job to run again and
+        find its children ended; publish it. Whoever ends a child calls this
+        for its parent; the sweep's :meth:`wake_due` catches the rest.
+        """
+        ids = sorted({check.task_id(task_id) for task_id in task_ids})
+        return self._wake(ids, len(ids)) if ids else []
+
+    def wake_due(self, *, limit: int = 100) -> builtins.list[Task]:
+        """Wake up to ``limit`` parked tasks none of whose waited children is live (the sweep)."""
+        return self._wake(None, check.limit(limit))
+
+    def cancel_orphans(self, *, limit: int = 100) -> builtins.list[Task]:
+        """Cancel the live children (and theirs) of cancelled or failed parents, which a
+        process that died between a parent's end and its cascade left running (the sweep)."""
+        cancelled: builtins.list[Task] = []
+        for orphan in self._orphans(check.limit(limit)):
+            write = self._transition(
+                OwnerScope(unscoped=True), TaskStatus.CANCELLED, {"status_message": _ORPHANED}
+            )
+            task = self._observed(self._write(orphan.id, write), write, cascade=False)
+            if task is not None:
+                cancelled += [task, *self._cascade(task)]
+        return cancelled
 
     def record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step:
         """Record how a named step of a run ended, fenced by the run's lease.
@@ -357,11 +540,7 @@ class RunVerbs(StoreBackend):
         task_id = check.task_id(task_id)
         worker_id = check.worker_id(worker_id)
         outcome = self._checked_step(outcome)
-        held = Write(
-            scope=OwnerScope(unscoped=True),
-            from_statuses=frozenset({TaskStatus.WORKING}),
-            fence=worker_id,
-        )
+        held = _held_by(worker_id)
         for _ in range(_RACE_RETRIES):
             recorded = self._record_step(task_id, worker_id, outcome)
             if recorded is not None:
@@ -490,6 +669,21 @@ class RunVerbs(StoreBackend):
             )
         due = self._unpublished(older_than, republish, ahead, limit, among)
         return [task for task in due if slots.take(task)]
+
+
+def spawn_key(name: str, payload: Mapping[str, Any]) -> str:
+    """A child's default key: its job and input, hashed (the same work is one child)."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()[:32]
+
+
+def _held_by(worker_id: str) -> Write:
+    """The conditions of a run's write: a working task its worker holds."""
+    return Write(
+        scope=OwnerScope(unscoped=True),
+        from_statuses=frozenset({TaskStatus.WORKING}),
+        fence=worker_id,
+    )
 
 
 def lost_runs(task: Task) -> int:

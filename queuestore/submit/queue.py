@@ -359,22 +359,28 @@ class TaskQueue:
 
         A task that had not started never runs its job; a running job is
         interrupted (prefork pool) or stops at its next write or heartbeat.
+        Its live child tasks, and theirs, are cancelled and revoked with it;
+        a parent waiting for it as a child runs again.
 
         Raises:
             InvalidTransition: the task is already terminal.
             TaskNotFound: no such task visible to ``owner``.
         """
-        task = self.store.cancel(task_id, owner=owner, reason=reason)
+        cancelled = self.store.cancel_tree(task_id, owner=owner, reason=reason)
+        ids: str | list[str] = [task.id for task in cancelled]
+        if len(ids) == 1:
+            ids = ids[0]
         try:
             if self.options.terminate_on_cancel:
-                self.app.control.revoke(task_id, terminate=True, signal="SIGUSR1")
+                self.app.control.revoke(ids, terminate=True, signal="SIGUSR1")
             else:
-                self.app.control.revoke(task_id)
+                self.app.control.revoke(ids)
         except BROKER_ERRORS as exc:
             log.warning(
                 "revoke of %s not sent (%s); the worker sees the cancel itself", task_id, exc
             )
-        return task
+        self.publisher.wake_parents(cancelled[:1])
+        return cancelled[0]
 
     def resume(self, task_id: str, answer: Any, *, owner: Owner = ANY) -> Task:
         """Answer a task in ``input_required`` and run its job again.

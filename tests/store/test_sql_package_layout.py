@@ -4,7 +4,8 @@
 executor runs them, the codec decodes their rows, the engine module makes
 engines, the schema module declares the tables. ``deliveries``, off the tasks'
 hot path, builds and runs the statements of callbacks and deliveries on the
-connections the store hands it; ``steps`` builds the statements of named steps.
+connections the store hands it; ``steps`` and ``tree`` build the statements of
+named steps and of the task tree.
 These tests read the modules' imports, so that a statement built elsewhere
 (an inline ``select``, a ``func.now()``) is found before review has to.
 """
@@ -85,4 +86,5 @@ def test_the_package_holds_the_modules_it_says() -> None:
         "store",
         "deliveries",
         "steps",
+        "tree",
     }

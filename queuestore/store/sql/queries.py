@@ -352,6 +352,8 @@ class PageShape:
     name: bool
     updated_after: bool
     after: bool
+    parent: str = "any"
+    """``any`` task, ``root`` tasks only, or the ``child`` tasks of ``:parent_id``."""
 
 
 def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
@@ -365,7 +367,17 @@ def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
         conditions.append(C.name == bindparam("name", type_=C.name.type))
     if shape.updated_after:
         conditions.append(C.updated_at > bindparam("updated_after", type_=UTCDateTime))
+    conditions += _in_tree(shape.parent)
     return conditions
+
+
+def _in_tree(parent: str) -> list[ColumnElement[bool]]:
+    """A listing's place in the tree: the children of ``:parent_id``, or the roots."""
+    if parent == "child":
+        return [C.parent_id == bindparam("parent_id", type_=C.parent_id.type)]
+    if parent == "root":
+        return [C.parent_id.is_(None)]
+    return []
 
 
 COUNT = literal_column("count", Integer())
@@ -829,6 +841,7 @@ def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, A
         name=query.name is not None,
         updated_after=query.updated_after is not None,
         after=after,
+        parent="any" if query.parent is UNSET else "root" if query.parent is None else "child",
     )
     params: dict[str, Any] = {
         "owner": query.scope.owner,
@@ -836,6 +849,8 @@ def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, A
         "name": query.name,
         "updated_after": query.updated_after,
     }
+    if shape.parent == "child":
+        params["parent_id"] = query.parent
     return shape, params
 
 

@@ -27,12 +27,13 @@ from sqlalchemy.sql import ClauseElement, Executable, Select
 from queuestore.core.callbacks import Callback, Delivery, DeliveryState
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
-from queuestore.core.errors import StoreUnavailable, TaskConflict
+from queuestore.core.errors import InvalidTaskData, StoreUnavailable, TaskConflict
 from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
     ListQuery,
+    NewChild,
     NewTask,
     StepOutcome,
     SweepFilter,
@@ -42,7 +43,7 @@ from queuestore.store.backend import (
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
-from queuestore.store.sql import codec, deliveries, queries, steps
+from queuestore.store.sql import codec, deliveries, queries, steps, tree
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -55,6 +56,10 @@ _KEY_RACES = 3
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class _Refused(Exception):
+    """A spawn's parent is not the run's to spawn under: roll the transaction back."""
 
 
 class SqlTaskStore(TaskStore):
@@ -387,6 +392,127 @@ class SqlTaskStore(TaskStore):
             started_at=row["started_at"],
             finished_at=row["finished_at"],
         )
+
+    def _spawn(
+        self, parent_id: str, worker_id: str, children: Sequence[NewChild], max_depth: int
+    ) -> list[tuple[Task, bool]] | None:
+        spawn = cast(Executable, tree.spawn_child(self._clock))
+        try:
+            with self._transaction() as connection:
+                if self._postgres:  # a cancel of the parent waits for its children
+                    connection.execute(
+                        cast(Executable, tree.lock_parent()), {"parent_id": parent_id}
+                    )
+                now = datetime.now(UTC)
+                inserted: dict[str, Task] = {}
+                for index, new in enumerate(children):
+                    params = self._child_params(new, parent_id, worker_id, max_depth)
+                    params["created_at"] = now + index * _TICK
+                    row = connection.execute(spawn, params).mappings().first()
+                    if row is not None:
+                        inserted[new.spawn_key] = codec.task(dict(row))
+                parent = (
+                    connection.execute(
+                        cast(Executable, tree.parent_row()), {"parent_id": parent_id}
+                    )
+                    .mappings()
+                    .first()
+                )
+                held = parent is not None and codec.task(dict(parent))
+                if not held or held.worker_id != worker_id or held.status is not TaskStatus.WORKING:
+                    raise _Refused
+                if held.depth >= max_depth:
+                    raise _Refused
+                return self._spawned(connection, parent_id, children, inserted)
+        except _Refused:
+            return None
+
+    def _spawned(
+        self,
+        connection: Connection,
+        parent_id: str,
+        children: Sequence[NewChild],
+        inserted: Mapping[str, Task],
+    ) -> list[tuple[Task, bool]]:
+        """Each child as inserted, or as the child holding its key; one of another job raises."""
+        keys = [new.spawn_key for new in children if new.spawn_key not in inserted]
+        held: dict[str, Task] = {}
+        if keys:
+            rows = connection.execute(
+                cast(Executable, tree.children_by_key(self._clock)),
+                {"parent_id": parent_id, "keys": keys},
+            ).mappings()
+            held = {row["spawn_key"]: codec.task(dict(row)) for row in rows}
+        spawned = []
+        for new in children:
+            if new.spawn_key in inserted:
+                spawned.append((inserted[new.spawn_key], True))
+                continue
+            holder = held.get(new.spawn_key)
+            if holder is None:  # its id was taken: a fresh random id never is
+                raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
+            if holder.name != new.name:
+                raise InvalidTaskData(
+                    f"{new.spawn_key!r} is the key of child {holder.id!r} of job "
+                    f"{holder.name!r}, not {new.name!r}",
+                    field="key",
+                    task_id=holder.id,
+                )
+            spawned.append((holder, False))
+        return spawned
+
+    @staticmethod
+    def _child_params(
+        new: NewChild, parent_id: str, worker_id: str, max_depth: int
+    ) -> dict[str, Any]:
+        return {
+            "parent_id": parent_id,
+            "worker": worker_id,
+            "max_depth": max_depth,
+            "id": new.id,
+            "name": new.name,
+            "input": new.input,
+            "context_id": new.context_id,
+            "ttl_ms": _milliseconds(new.ttl),
+            "metadata": new.metadata,
+            "run_at": new.run_at,
+            "priority": new.priority,
+            "spawn_key": new.spawn_key,
+            "start_by": new.start_by,
+            "deadline_at": new.deadline_at,
+            "run_timeout_ms": _milliseconds(new.run_timeout),
+        }
+
+    def _park(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Sequence[str]
+    ) -> Task | None:
+        params: dict[str, Any] = {"task_id": task_id, "fence": worker_id, "message": message}
+        params["waits_on"] = list(waits_on)
+        build = functools.partial(tree.park, self._clock)
+        return self._run("park", build, params)
+
+    def _wake(self, task_ids: Sequence[str] | None, limit: int) -> list[Task]:
+        given = task_ids is not None
+        prepared = self._executor.prepare(
+            ("wake", given), lambda: tree.wake(self._clock, given=given)
+        )
+        params: dict[str, Any] = self._clock_params()
+        if task_ids is None:
+            params["limit"] = limit
+        else:
+            params["task_ids"] = list(task_ids)
+        woken = codec.tasks(self._executor.rows(prepared, params, read=False))
+        return sorted(woken, key=lambda task: task.updated_at)
+
+    def _cancel_descendants(self, task_id: str, reason: str) -> list[Task]:
+        prepared = self._executor.prepare(
+            "cancel_descendants", lambda: tree.cancel_descendants(self._clock)
+        )
+        params = {"task_id": task_id, "reason": reason} | self._clock_params()
+        return codec.tasks(self._executor.rows(prepared, params, read=False))
+
+    def _orphans(self, limit: int) -> list[Task]:
+        return self._rows(tree.orphans(limit))
 
     def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
         kind = queries.scope_kind(scope)
