@@ -250,6 +250,9 @@ class AsyncTaskQueue:
         unique_key: str | None = None,
         priority: int = 0,
         callback: CallbackRequest | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Task:
         """See :meth:`TaskQueue.submit`."""
         return await asyncio.to_thread(
@@ -266,6 +269,9 @@ class AsyncTaskQueue:
             unique_key=unique_key,
             priority=priority,
             callback=callback,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
 
     async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:

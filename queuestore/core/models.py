@@ -167,7 +167,8 @@ class Task(Record):
     run_timeout: timedelta | None = None
     """How long each run may take (``submit(timeout=...)``); None: its job's ``timeout``."""
     run_deadline_at: AwareDatetime | None = None
-    """When the current run must end, set by its claim: a run past it fails ``RunTimedOut``."""
+    """When its current (or last) run had to end, set by the claim: a run past it fails
+    ``RunTimedOut``; None when it had no timeout and no deadline."""
 
     @field_validator(
         "created_at",

@@ -98,7 +98,7 @@ class TaskContext:
             JobCancelled: the task was cancelled or its lease lost.
         """
         if self._run.stopped:
-            raise JobCancelled(self.task_id)
+            raise self._run.stopped_error()
 
     def progress(self, fraction: float | None, message: str | Unset | None = UNSET) -> None:
         """Report how far the job got (0..1), optionally with a status message.

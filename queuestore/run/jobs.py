@@ -20,16 +20,18 @@ import logging
 import os
 import secrets
 import socket
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
 from queuestore.broker.publisher import Publisher
+from queuestore.core import validation as check
 from queuestore.core.errors import (
     InvalidTaskData,
     InvalidTransition,
@@ -44,7 +46,7 @@ from queuestore.run import hold
 from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat
 from queuestore.run.interrupts import interrupts
-from queuestore.run.lease import JobCancelled, Run, riding_out_outages
+from queuestore.run.lease import JobCancelled, Run, RunTimedOut, riding_out_outages
 from queuestore.run.steps import error_of
 from queuestore.store.pending import is_pending
 
@@ -52,6 +54,7 @@ __all__ = [
     "InputRequested",
     "Job",
     "JobCancelled",
+    "RunTimedOut",
     "TaskContext",
     "execute",
     "job",
@@ -75,6 +78,8 @@ class Job:
     celery_task: Any = field(repr=False)
     retry: Retry | None = None
     """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
+    timeout: timedelta | None = None
+    """How long each run may take, unless the task gives its own (``submit(timeout=...)``)."""
 
     def __call__(self, ctx: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (in tests), with a context of your own."""
@@ -111,7 +116,12 @@ def registered_names(app: Celery) -> frozenset[str]:
 
 
 def job(
-    app: Celery, *, name: str | None = None, retry: Retry | None = None, **celery_options: Any
+    app: Celery,
+    *,
+    name: str | None = None,
+    retry: Retry | None = None,
+    timeout: timedelta | None = None,
+    **celery_options: Any,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register ``function(ctx, **input)`` as a job named ``name`` on ``app``.
 
@@ -129,6 +139,9 @@ def job(
             ``module.function``.
         retry: which errors run the job again, how often and after what wait
             (:class:`~queuestore.core.retries.Retry`); by default an error fails the task.
+        timeout: how long each run may take; a task's own (``submit(timeout=...)``)
+            wins. The store fails a run past it with ``RunTimedOut``, in every
+            pool, and the job is interrupted (:mod:`queuestore.run.timeouts`).
         **celery_options: passed to ``app.task`` (``queue``, ``time_limit``...).
     """
 
@@ -159,7 +172,7 @@ def job(
         celery_task = app.task(name=job_name, bind=True, **options)(run)
         if retry is not None and not isinstance(retry, Retry):
             raise TypeError("retry must be a queuestore.Retry")
-        registered = Job(job_name, function, celery_task, retry)
+        registered = Job(job_name, function, celery_task, retry, check.timeout(timeout))
         register_job(app, registered)
         hold.install(app)
         return registered
@@ -186,7 +199,11 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
     with interrupts.deferred(then_raise=False):
         worker_id = new_worker_id()
         task = publisher.store.claim(
-            task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
+            task_id,
+            worker_id,
+            publisher.options.lease,
+            limits=publisher.options.limits,
+            timeout=registered.timeout,
         )
         if task is None:
             _after_refusal(publisher, task_id)
@@ -194,8 +211,7 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
         run = Run(publisher, task, worker_id)
         heartbeat.add(run)
     try:
-        with interrupts.running(lambda: run.stopped):
-            outcome = _call(registered, run)
+        outcome = _interrupted_call(registered, run)
     finally:
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(run)
@@ -207,10 +223,41 @@ def execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None:
             left = _record_retry(run, outcome, policy)
         else:
             left = _record(run, outcome)
-        _hand_off(publisher, run.task)
+        if run.stopped and _past_deadline(run):
+            left = _released(run)
+        _hand_off(publisher, run.task if left is None else left)
         if left is not None and left.parent_id is not None:
             _wake_parent(publisher, left)
         return left
+
+
+def _interrupted_call(registered: Job, run: Run) -> _Outcome:
+    """:func:`_call` in a block a time-out may interrupt; an interrupt that lands after
+    the job returned, before the block closed, is a stopped run too."""
+    try:
+        with interrupts.running(lambda: run.stopped, run):
+            return _call(registered, run)
+    except RunTimedOut:
+        return _Outcome(None)
+
+
+def _past_deadline(run: Run) -> bool:
+    """Whether the run passed its deadline: the store may have failed it holding its slot."""
+    return run.timed_out or (run.deadline is not None and time.monotonic() >= run.deadline)
+
+
+def _released(run: Run) -> Task | None:
+    """After a run stopped from outside (a cancel, a time-out): free the slot a time-out
+    keeps held, and read the task as it ended."""
+    store = run.publisher.store
+    try:
+        store.release_held(run.task_id, run.worker_id)
+        return store.get(run.task_id)
+    except TaskNotFound:
+        return None
+    except StoreUnavailable as exc:  # the reaper frees it after the grace
+        log.warning("task %s: its stopped run's slot is not freed (%s)", run.task_id, exc)
+        return None
 
 
 def _after_refusal(publisher: Publisher, task_id: str) -> None:

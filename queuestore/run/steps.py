@@ -35,7 +35,7 @@ from queuestore.core.errors import (
 )
 from queuestore.core.models import Step, StepKind, StepStatus, TaskError
 from queuestore.run.interrupts import interrupts
-from queuestore.run.lease import JobCancelled, Run, riding_out_outages
+from queuestore.run.lease import Run, riding_out_outages
 from queuestore.run.suspend import Suspended
 from queuestore.store.backend import StepOutcome
 
@@ -129,7 +129,7 @@ class StepLog:
                 return riding_out_outages(call, self._run.task_id)
         except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
             self._run.stop()
-            raise JobCancelled(self._run.task_id) from exc
+            raise self._run.stopped_error() from exc
 
     def run(self, name: object, body: Callable[..., Any], *args: Any, **kwargs: Any) -> JsonValue:
         """Run ``body`` as the step ``name`` unless an earlier run completed it; its result.

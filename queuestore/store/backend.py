@@ -125,6 +125,10 @@ class NewTask:
         )
 
 
+DeadlineKind = Literal["run", "held", "start_by", "deadline"]
+"""Which deadline :meth:`StoreBackend._past_deadlines` reads past."""
+
+
 def due_at(task: Task) -> datetime:
     """When a task became due for its message: its start time, or its last write if later."""
     if task.run_at is None or task.run_at < task.updated_at:
@@ -162,6 +166,14 @@ class Write:
         limits: with ``claim``, the concurrency limits the claim must keep:
             fewer running tasks (held by a worker) of the row's owner, and of
             its job, than the limits give them.
+        timeout: with ``claim``, the job's run timeout: the run must end by
+            ``run_deadline_at``, the clock plus the task's own ``run_timeout``
+            (else this), and no later than its ``deadline_at``. A claim is
+            refused past the task's ``start_by`` (unless it started before)
+            and past its ``deadline_at``.
+        hold: a terminal write to a run's task that keeps ``worker_id`` and
+            ``run_deadline_at``: the run may still be executing, so its slot
+            stays counted until :meth:`RunVerbs.release_held` (a time-out).
     """
 
     scope: OwnerScope
@@ -177,6 +189,8 @@ class Write:
     mark_finished: bool = False
     base: Task | None = None
     limits: ConcurrencyLimits | None = None
+    timeout: timedelta | None = None
+    hold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +485,23 @@ class StoreBackend(ABC):
     @abstractmethod
     def _orphans(self, limit: int) -> builtins.list[Task]:
         """Live children of cancelled or failed parents (a cascade that did not run)."""
+
+    @abstractmethod
+    def _past_deadlines(
+        self, kind: DeadlineKind, now: datetime | None, limit: int, ago: timedelta = timedelta(0)
+    ) -> builtins.list[Task]:
+        """Up to ``limit`` tasks past a deadline ``ago`` before ``now`` (the clock if None),
+        soonest first.
+
+        ``run``: working runs past ``run_deadline_at``; ``held``: terminal tasks
+        still held by a run past its ``run_deadline_at``;
+        ``start_by``: submitted tasks never started past ``start_by``;
+        ``deadline``: live tasks no run holds past ``deadline_at``.
+        """
+
+    @abstractmethod
+    def _release_held(self, task_id: str, worker_id: str) -> bool:
+        """Free the slot a run that ended from outside held (no new version); whether it did."""
 
     @abstractmethod
     def _now(self) -> datetime:

@@ -19,6 +19,7 @@ from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
     ENDS_ITS_CHILDREN,
     UNSET,
+    DeadlineKind,
     ListQuery,
     NewChild,
     NewTask,
@@ -117,8 +118,12 @@ class InMemoryTaskStore(TaskStore):
                 worker_id, lease = write.claim
                 update |= {"worker_id": worker_id, "lease_expires_at": now + lease}
                 update["attempt"] = task.attempt + 1
+                update["run_deadline_at"] = _run_deadline(task, write, now)
             if write.release:
                 update |= {"worker_id": None, "lease_expires_at": None}
+                self._published.pop(task_id, None)
+            if write.hold:
+                update["lease_expires_at"] = None
                 self._published.pop(task_id, None)
             if write.mark_started and task.started_at is None:
                 update["started_at"] = now
@@ -210,7 +215,6 @@ class InMemoryTaskStore(TaskStore):
                 suspends=task.suspends + 1,
                 worker_id=None,
                 lease_expires_at=None,
-                run_deadline_at=None,
             )
 
     def _rewrite(self, task: Task, **update: Any) -> Task:
@@ -265,7 +269,6 @@ class InMemoryTaskStore(TaskStore):
             finished_at=now,
             worker_id=None,
             lease_expires_at=None,
-            run_deadline_at=None,
         )
 
     def _orphans(self, limit: int) -> list[Task]:
@@ -279,6 +282,27 @@ class InMemoryTaskStore(TaskStore):
                 and parent.status in ENDS_ITS_CHILDREN
             ]
         return sorted(orphans, key=lambda task: task.created_at)[:limit]
+
+    def _past_deadlines(
+        self, kind: DeadlineKind, now: datetime | None, limit: int, ago: timedelta = timedelta(0)
+    ) -> list[Task]:
+        before = (now or self._now()) - ago
+        with self._changed:
+            due = [
+                (when, task)
+                for task in self._tasks.values()
+                if (when := _deadline_of(task, kind)) is not None and when <= before
+            ]
+        return [task for _, task in sorted(due, key=lambda pair: pair[0])][:limit]
+
+    def _release_held(self, task_id: str, worker_id: str) -> bool:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or not task.is_terminal or task.worker_id != worker_id:
+                return False
+            released = task.model_copy(update={"worker_id": None})
+            self._tasks[task_id] = released
+            return True
 
     def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
         with self._changed:
@@ -636,10 +660,36 @@ class InMemoryTaskStore(TaskStore):
                 self._listeners.remove(inbox)
 
 
+def _run_deadline(task: Task, claim: Write, now: datetime) -> datetime | None:
+    """When a run claimed at ``now`` must end (the claim's rule, as the SQL store's)."""
+    timeout = claim.timeout if task.run_timeout is None else task.run_timeout
+    return _earlier_of(None if timeout is None else now + timeout, task.deadline_at)
+
+
+def _deadline_of(task: Task, kind: DeadlineKind) -> datetime | None:
+    """The deadline of ``kind`` that ``task`` may be past, if it is one the kind reads."""
+    if kind == "start_by":
+        pending = task.status is TaskStatus.SUBMITTED and task.worker_id is None
+        return task.start_by if pending and task.started_at is None else None
+    if kind == "deadline":
+        return task.deadline_at if not task.is_terminal and task.worker_id is None else None
+    held = task.worker_id is not None and (
+        task.is_terminal if kind == "held" else task.status is TaskStatus.WORKING
+    )
+    return task.run_deadline_at if held else None
+
+
+def _within_deadlines(task: Task, now: datetime) -> bool:
+    """A claim's deadline terms: not past ``start_by`` unless started, nor ``deadline_at``."""
+    return (task.start_by is None or task.started_at is not None or task.start_by > now) and (
+        task.deadline_at is None or task.deadline_at > now
+    )
+
+
 def _matches(task: Task, write: Write, now: datetime) -> bool:
     return (
         (write.claim is None or task.run_at is None or task.run_at <= now)
-        and (write.claim is None or task.waits_on is None)
+        and (write.claim is None or (task.waits_on is None and _within_deadlines(task, now)))
         and write.scope.admits(task.owner)
         and task.status in write.from_statuses
         and (write.expected_version is None or task.version == write.expected_version)

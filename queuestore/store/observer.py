@@ -39,5 +39,8 @@ class StoreObserver:
     def step_recorded(self, task_id: str, step: Step) -> None:
         """A run recorded how a named step (or a durable sleep) of its job ended."""
 
+    def timed_out(self, task: Task) -> None:
+        """A run passed its deadline and was failed: ``task`` is ``failed``, still held."""
+
     def removed(self, count: int) -> None:
         """The janitor deleted ``count`` expired tasks in one batch."""

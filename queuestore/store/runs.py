@@ -10,17 +10,19 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from queuestore.core import validation as check
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import (
     InvalidTaskData,
+    InvalidTransition,
+    LeaseLost,
     TaskConflict,
     TaskNotFound,
 )
@@ -86,6 +88,7 @@ class RunVerbs(StoreBackend):
         lease: timedelta,
         *,
         limits: ConcurrencyLimits | None = None,
+        timeout: timedelta | None = None,
     ) -> Task | None:
         """Take an unclaimed task for one run: ``working``, leased to ``worker_id``.
 
@@ -98,6 +101,12 @@ class RunVerbs(StoreBackend):
         its limit allows: the task should wait for a slot (:meth:`wait_for_slot`).
         The count and the claim are one atomic decision, so no number of
         racing workers runs more than the limit.
+
+        The claim sets ``run_deadline_at``, when the run must end: the task's
+        ``run_timeout``, else ``timeout`` (the job's), from now, and no later
+        than its ``deadline_at``. It is refused past the task's ``start_by``
+        (unless an earlier run started it) or its ``deadline_at``: the
+        reaper ends such a task (:meth:`enforce_deadlines`).
         """
         write = Write(
             scope=OwnerScope(unscoped=True),
@@ -106,6 +115,7 @@ class RunVerbs(StoreBackend):
             fence=None,
             claim=(check.worker_id(worker_id), _lease(lease)),
             mark_started=True,
+            timeout=check.timeout(timeout),
         )
         task_id = check.task_id(task_id)
         if limits:
@@ -596,6 +606,101 @@ class RunVerbs(StoreBackend):
             raise TaskNotFound(task_id)
         return steps
 
+    def time_out(self, task_id: str, worker_id: str, *, known: Task | None = None) -> Task:
+        """Fail a run that passed its ``run_deadline_at``: ``RunTimedOut``, or
+        ``DeadlineExceeded`` when the task's own deadline cut the run short.
+
+        A compare-and-set fenced by the run's lease, from ``working`` to
+        ``failed``, that keeps the run's ``worker_id`` (its slot stays counted)
+        until :meth:`release_held`: the run may still be executing. Like a
+        caller's cancel it stops the run (its worker hears of it), and every
+        later write of the run is refused. Its live children are cancelled.
+
+        Args:
+            known: the task as the caller read it; it spares the read first.
+
+        Raises:
+            InvalidTransition: the task is no longer ``working``.
+            LeaseLost: ``worker_id`` no longer holds the task.
+            TaskNotFound: the task is gone.
+        """
+        task_id = check.task_id(task_id)
+        worker_id = check.worker_id(worker_id)
+        task = known if known is not None and known.id == task_id else None
+        if task is None:
+            task = self._fetch(task_id, OwnerScope(unscoped=True))
+        if task is None:
+            raise TaskNotFound(task_id)
+        error = _timed_out(task)
+        write = Write(
+            scope=OwnerScope(unscoped=True),
+            from_statuses=frozenset({TaskStatus.WORKING}),
+            status=TaskStatus.FAILED,
+            values={"error": error, "status_message": error.message},
+            fence=worker_id,
+            hold=True,
+            mark_finished=True,
+        )
+        timed_out = self._apply(task_id, write)
+        for observer in self._observers:
+            observer.timed_out(timed_out)
+        return timed_out
+
+    def release_held(self, task_id: str, worker_id: str) -> bool:
+        """Free the slot of a run that ended from outside (:meth:`time_out`) once it
+        stopped; no new version. Whether the task was still held by ``worker_id``."""
+        return self._release_held(check.task_id(task_id), check.worker_id(worker_id))
+
+    def enforce_deadlines(
+        self,
+        now: datetime | None = None,
+        *,
+        grace: timedelta = timedelta(seconds=10),
+        limit: int = 100,
+    ) -> Enforced:
+        """Fail the tasks past their deadlines, each by a compare-and-set (the reaper).
+
+        Runs past their ``run_deadline_at`` are failed by :meth:`time_out`;
+        tasks never started by their ``start_by`` fail with
+        ``DeadlineExpired`` (``started_at`` stays None: they never ran); live
+        tasks no run holds past their ``deadline_at`` fail with
+        ``DeadlineExceeded``. Runs that were failed so and still hold their
+        slot ``grace`` past their deadline are returned, for the caller to
+        kill and release (:meth:`release_held`).
+        """
+        now = None if now is None else check.aware(now, "now")
+        limit = check.limit(limit)
+        timed_out = []
+        for task in self._past_deadlines("run", now, limit):
+            try:
+                assert task.worker_id is not None  # the read's own term
+                timed_out.append(self.time_out(task.id, task.worker_id, known=task))
+            except (InvalidTransition, LeaseLost, TaskNotFound):
+                continue  # the run ended meanwhile
+        unresponsive = self._past_deadlines("held", now, limit, check.ttl(grace) or timedelta(0))
+        expired = self._fail_unclaimed(self._past_deadlines("start_by", now, limit), _not_started)
+        exceeded = self._fail_unclaimed(self._past_deadlines("deadline", now, limit), _exceeded)
+        return Enforced(timed_out, unresponsive, expired, exceeded)
+
+    def _fail_unclaimed(
+        self, tasks: Iterable[Task], error_of: Callable[[Task], TaskError]
+    ) -> builtins.list[Task]:
+        """Fail each of ``tasks`` no run holds, unless it changed since it was read."""
+        failed = []
+        for task in tasks:
+            error = error_of(task)
+            write = self._transition(
+                OwnerScope(unscoped=True),
+                TaskStatus.FAILED,
+                {"error": error, "status_message": error.message},
+                expected_version=task.version,
+                fence=None,
+            )
+            written = self._observed(self._write(task.id, write), write)
+            if written is not None:
+                failed.append(written)
+        return failed
+
     def mark_published(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
 
@@ -677,6 +782,47 @@ def spawn_key(name: str, payload: Mapping[str, Any]) -> str:
     return hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()[:32]
 
 
+class Enforced(NamedTuple):
+    """What one pass of :meth:`RunVerbs.enforce_deadlines` did.
+
+    Attributes:
+        timed_out: runs failed past their ``run_deadline_at`` (still held).
+        unresponsive: runs failed so that still hold their slot past the grace.
+        expired: tasks failed never started by their ``start_by``.
+        exceeded: tasks no run held failed past their ``deadline_at``.
+    """
+
+    timed_out: builtins.list[Task]
+    unresponsive: builtins.list[Task]
+    expired: builtins.list[Task]
+    exceeded: builtins.list[Task]
+
+
+def _when(moment: datetime | None) -> str:
+    return "?" if moment is None else f"{moment:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def _timed_out(task: Task) -> TaskError:
+    """The error of a run failed past its ``run_deadline_at``."""
+    if task.deadline_at is not None and task.run_deadline_at == task.deadline_at:
+        return _exceeded(task)
+    return TaskError(
+        type="RunTimedOut",
+        message=f"run {task.attempt} passed its timeout (it had to end by "
+        f"{_when(task.run_deadline_at)})",
+    )
+
+
+def _exceeded(task: Task) -> TaskError:
+    return TaskError(
+        type="DeadlineExceeded", message=f"task passed its deadline {_when(task.deadline_at)}"
+    )
+
+
+def _not_started(task: Task) -> TaskError:
+    return TaskError(type="DeadlineExpired", message=f"not started by {_when(task.start_by)}")
+
+
 def _held_by(worker_id: str) -> Write:
     """The conditions of a run's write: a working task its worker holds."""
     return Write(
@@ -710,5 +856,6 @@ def stops_a_run(write: Write) -> bool:
 
     It releases the task (terminal or parked) without being fenced to a
     worker: a run's own writes and the reaper's are fenced to the run's worker.
+    A time-out (:meth:`RunVerbs.time_out`) is fenced yet ends the run from outside.
     """
-    return write.release and write.fence is UNSET
+    return (write.release and write.fence is UNSET) or write.hold

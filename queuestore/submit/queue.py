@@ -25,6 +25,7 @@ from celery import Celery
 from pydantic import ValidationError
 
 from queuestore.beat import schedule
+from queuestore.beat.deadlines import enforce
 from queuestore.beat.reaper import reap
 from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import BROKER_ERRORS, Publisher
@@ -37,6 +38,7 @@ from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
 from queuestore.run.jobs import prepare_worker, registered_job, registered_names
 from queuestore.store.base import TaskStore
+from queuestore.store.runs import Enforced
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class TaskQueue:
         schedule_ahead: timedelta | None = None,
         priorities: bool = False,
         limits: ConcurrencyLimits = NO_LIMITS,
+        timeout_grace: timedelta = timedelta(seconds=10),
+        timeout_interrupt: bool = True,
     ) -> None:
         options = QueueOptions.build(
             lease=lease,
@@ -123,6 +127,8 @@ class TaskQueue:
             schedule_ahead=schedule_ahead,
             priorities=priorities,
             limits=limits,
+            timeout_grace=timeout_grace,
+            timeout_interrupt=timeout_interrupt,
         )
         self.publisher = Publisher(store, app, options)
         if self.publisher.bind():  # the app's jobs and beat tasks run with this queue
@@ -189,6 +195,9 @@ class TaskQueue:
         unique_key: str | None = None,
         priority: int = 0,
         callback: CallbackRequest | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -222,6 +231,12 @@ class TaskQueue:
         before the job is published; on a task a ``unique_key`` joins, it is
         added beside the callbacks the task has.
 
+        Deadlines, which the store enforces in every pool (the reaper fails
+        the task): ``start_by``, a job not started by then never runs
+        (``DeadlineExpired``); ``deadline``, the task and its children still
+        live then fail (``DeadlineExceeded``); ``timeout``, how long each run
+        may take, in place of the job's own (``RunTimedOut``).
+
         Raises:
             CallbackRefused: the callback's URL is refused; nothing is written.
             InvalidTaskData: bad arguments, input the registered job cannot
@@ -243,6 +258,9 @@ class TaskQueue:
             run_at=_start(run_at, delay),
             unique_key=unique_key,
             priority=priority,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
         joined = unique_key is not None and task.id != task_id
         if callback is not None:
@@ -434,6 +452,11 @@ class TaskQueue:
         """Retry or fail the tasks whose worker died, now (see
         :func:`queuestore.beat.reaper.reap`)."""
         return reap(self.publisher)
+
+    def enforce_deadlines(self) -> Enforced:
+        """Fail the tasks past their deadlines and stop their runs, now (see
+        :func:`queuestore.beat.deadlines.enforce`; the reaper's beat does it)."""
+        return enforce(self.publisher)
 
     def hand_off(self, ended: Task) -> int:
         """Publish the tasks waiting for the slot ``ended``'s run held; how many."""

@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Integer,
     Interval,
@@ -187,20 +188,33 @@ class Clock:
 
     def expiry(self) -> ColumnElement[Any]:
         """``now + ttl`` for the row being written, NULL when it has no ttl."""
-        seconds = C.ttl_ms / 1000.0
+        return case((C.ttl_ms.is_not(None), self.after_ms(C.ttl_ms)), else_=None)
+
+    def after_ms(self, milliseconds: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The clock plus ``milliseconds`` (an expression; NULL gives NULL)."""
+        seconds = milliseconds / 1000.0
         now = self.now()
-        expiry: ColumnElement[Any]
         if self.database_clock:
-            expiry = now + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-        else:
-            # SQLite date arithmetic rounds to the millisecond: shift the clock cut
-            # to its millisecond (exact), then put its last three digits back.
-            shift = func.printf("%.3f seconds", seconds)
-            to_millisecond = func.substr(now, 1, 23)
-            expiry = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
-                func.substr(now, 24, 3)
-            )
-        return case((C.ttl_ms.is_not(None), expiry), else_=None)
+            return now + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        # SQLite date arithmetic rounds to the millisecond: shift the clock cut
+        # to its millisecond (exact), then put its last three digits back.
+        shift = func.printf("%.3f seconds", seconds)
+        to_millisecond = func.substr(now, 1, 23)
+        later = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
+            func.substr(now, 24, 3)
+        )
+        return case((milliseconds.is_not(None), later), else_=None)  # printf takes NULL for 0
+
+    def earliest(self, first: ColumnElement[Any], second: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The earlier of two times, either NULL (PostgreSQL's ``least`` skips NULLs;
+        SQLite's ``min`` is NULL if either is)."""
+        if self.database_clock:
+            return func.least(first, second)
+        return case(
+            (first.is_(None), second),
+            (or_(second.is_(None), first < second), first),
+            else_=second,
+        )
 
 
 def scope_kind(scope: OwnerScope) -> str:
@@ -543,6 +557,7 @@ class WriteShape(NamedTuple):
     watched: bool
     based: bool
     limits: ConcurrencyLimits | None = None
+    hold: bool = False
 
     @classmethod
     def of(
@@ -574,6 +589,7 @@ class WriteShape(NamedTuple):
             watched=watched and not announce,
             based=write.base is not None,
             limits=write.limits,
+            hold=write.hold,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -590,6 +606,9 @@ class WriteShape(NamedTuple):
             params["expected_lease"] = write.expected_lease
         if write.claim is not None:
             params["worker"] = write.claim[0]
+            params["job_timeout_ms"] = (
+                None if write.timeout is None else round(write.timeout.total_seconds() * 1000)
+            )
         if write.base is not None:
             params["base_created_at"] = write.base.created_at
         if write.limits is not None:
@@ -615,8 +634,12 @@ def _assignments(shape: WriteShape, clock: Clock) -> dict[str, Any]:
             "lease_expires_at": clock.later("lease"),
             "attempt": C.attempt + _ONE,
         }
+    if shape.claim:
+        values["run_deadline_at"] = _run_deadline(clock)
     if shape.release:
         values |= {"worker_id": None, "lease_expires_at": None, "published_at": None}
+    if shape.hold:  # the run may still execute: its worker and deadline stay, for the reaper
+        values |= {"lease_expires_at": None, "published_at": None}
     if shape.mark_started:
         values["started_at"] = func.coalesce(C.started_at, now)
     if shape.mark_finished:
@@ -667,6 +690,7 @@ def write_task(
         # Never before its start, on the store's clock, whoever published it early.
         conditions.append(or_(C.run_at.is_(None), C.run_at <= clock.now()))
         conditions.append(_not_parked())
+        conditions += _within_deadlines(clock)
     if shape.limits is not None:
         conditions += _within(shape.limits)
     # Announce the change in the same statement, hence the same commit.
@@ -689,6 +713,23 @@ def write_task(
         notify = func.pg_notify(_sql_text(NOTIFY_CHANNEL), change)
         notices.append(case((watched, notify)).label("_watched"))
     return update(TABLE).where(*conditions).values(values).returning(*returning, *notices)
+
+
+def _within_deadlines(clock: Clock) -> list[ColumnElement[bool]]:
+    """A claim's deadline terms: not past ``start_by`` unless it started, nor past
+    ``deadline_at`` (the reaper ends such a task)."""
+    now = clock.now()
+    return [
+        or_(C.start_by.is_(None), C.started_at.is_not(None), C.start_by > now),
+        or_(C.deadline_at.is_(None), C.deadline_at > now),
+    ]
+
+
+def _run_deadline(clock: Clock) -> ColumnElement[Any]:
+    """When a claimed run must end: its timeout (the task's, else ``:job_timeout_ms``)
+    from now, and no later than the task's ``deadline_at``; NULL without either."""
+    timeout = func.coalesce(C.run_timeout_ms, bindparam("job_timeout_ms", type_=BigInteger()))
+    return clock.earliest(clock.after_ms(timeout), C.deadline_at)
 
 
 HELD = TABLE.alias("held")

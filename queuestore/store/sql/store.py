@@ -32,6 +32,7 @@ from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.store.backend import (
+    DeadlineKind,
     ListQuery,
     NewChild,
     NewTask,
@@ -43,7 +44,7 @@ from queuestore.store.backend import (
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
-from queuestore.store.sql import codec, deliveries, queries, steps, tree
+from queuestore.store.sql import codec, deadlines, deliveries, queries, steps, tree
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -513,6 +514,17 @@ class SqlTaskStore(TaskStore):
 
     def _orphans(self, limit: int) -> list[Task]:
         return self._rows(tree.orphans(limit))
+
+    def _past_deadlines(
+        self, kind: DeadlineKind, now: datetime | None, limit: int, ago: timedelta = timedelta(0)
+    ) -> list[Task]:
+        before = self._clock.earlier(self._clock.at(now), ago)
+        return self._rows(deadlines.past(kind, before, limit))
+
+    def _release_held(self, task_id: str, worker_id: str) -> bool:
+        prepared = self._executor.prepare("release_held", deadlines.release_held, [queries.C.id])
+        params = {"task_id": task_id, "worker": worker_id}
+        return bool(self._executor.rows(prepared, params, read=False))
 
     def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
         kind = queries.scope_kind(scope)

@@ -31,7 +31,6 @@ from sqlalchemy import (
     Select,
     Text,
     bindparam,
-    case,
     exists,
     func,
     literal_column,
@@ -62,20 +61,6 @@ _EMPTY_LIST: ColumnElement[Any] = literal_column("'[]'")
 def _constant(value: str) -> ColumnElement[str]:
     """A status written into the SQL (a constant of this package's: no quote to escape)."""
     return literal_column(f"'{value}'", Text())
-
-
-def _earlier_of(
-    given: ColumnElement[Any], bound: ColumnElement[Any], clock: Clock
-) -> ColumnElement[Any]:
-    """The earlier of two times, either NULL (PostgreSQL's ``least`` skips NULLs;
-    SQLite's ``min`` is NULL if either is)."""
-    if clock.database_clock:
-        return func.least(given, bound)
-    return case(
-        (given.is_(None), bound),
-        (or_(bound.is_(None), given < bound), given),
-        else_=bound,
-    )
 
 
 def _ids_in(ids: ColumnElement[Any], clock: Clock) -> Select[Any]:
@@ -168,8 +153,8 @@ def spawn_child(clock: Clock) -> ClauseElement:
         "parent_id": PARENT.c.id,
         "spawn_key": given("spawn_key"),
         "depth": PARENT.c.depth + _ONE,
-        "start_by": _earlier_of(given("start_by"), PARENT.c.deadline_at, clock),
-        "deadline_at": _earlier_of(given("deadline_at"), PARENT.c.deadline_at, clock),
+        "start_by": clock.earliest(given("start_by"), PARENT.c.deadline_at),
+        "deadline_at": clock.earliest(given("deadline_at"), PARENT.c.deadline_at),
         "run_timeout_ms": given("run_timeout_ms"),
     }
     held = select(*(values[name] for name in SPAWNED)).where(
@@ -226,7 +211,6 @@ def park(clock: Clock, returning: Sequence[ColumnElement[Any]] = COLUMNS) -> Cla
             worker_id=None,
             lease_expires_at=None,
             published_at=None,
-            run_deadline_at=None,
             updated_at=now,
             version=C.version + _ONE,
         )
@@ -301,7 +285,6 @@ def cancel_descendants(clock: Clock) -> ClauseElement:
             worker_id=None,
             lease_expires_at=None,
             published_at=None,
-            run_deadline_at=None,
             updated_at=now,
             version=C.version + _ONE,
         )
