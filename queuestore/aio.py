@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
+from queuestore.core.errors import InvalidTaskData
 from queuestore.core.models import Artifact, Step, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.watch import AsyncWatch
@@ -253,9 +255,11 @@ class AsyncTaskQueue:
         start_by: datetime | None = None,
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
+        connection: Any = None,
     ) -> Task:
-        """See :meth:`TaskQueue.submit`."""
-        return await asyncio.to_thread(
+        """See :meth:`TaskQueue.submit`; ``connection`` is an SQLAlchemy ``AsyncConnection``
+        or ``AsyncSession``, whose transaction the task joins."""
+        submit = functools.partial(
             self.sync.submit,
             name,
             input,
@@ -273,10 +277,20 @@ class AsyncTaskQueue:
             deadline=deadline,
             timeout=timeout,
         )
+        if connection is None:
+            return await asyncio.to_thread(submit)
+        return await _joined(connection, lambda joined: submit(connection=joined))
 
-    async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
-        """See :meth:`TaskQueue.submit_many`."""
-        return await asyncio.to_thread(self.sync.submit_many, builtins.list(tasks))
+    async def submit_many(
+        self, tasks: Iterable[Mapping[str, Any]], *, connection: Any = None
+    ) -> builtins.list[Task]:
+        """See :meth:`TaskQueue.submit_many`; ``connection`` as for :meth:`submit`."""
+        items = builtins.list(tasks)
+        if connection is None:
+            return await asyncio.to_thread(self.sync.submit_many, items)
+        return await _joined(
+            connection, lambda joined: self.sync.submit_many(items, connection=joined)
+        )
 
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskQueue.cancel`."""
@@ -289,3 +303,22 @@ class AsyncTaskQueue:
     async def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """See :meth:`TaskQueue.result`."""
         return await asyncio.to_thread(self.sync.result, task_id, timeout=timeout, owner=owner)
+
+
+T = TypeVar("T")
+
+
+async def _joined(connection: Any, call: Callable[[Any], T]) -> T:
+    """``call`` with the sync side of the caller's async connection, in its transaction.
+
+    Raises:
+        InvalidTaskData: ``connection`` is not an SQLAlchemy ``AsyncConnection``
+            or ``AsyncSession``.
+    """
+    run_sync = getattr(connection, "run_sync", None)
+    if run_sync is None:
+        raise InvalidTaskData(
+            "must be an SQLAlchemy AsyncConnection or AsyncSession", field="connection"
+        )
+    result: T = await run_sync(lambda joined, *_: call(joined))
+    return result

@@ -21,6 +21,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from queuestore.broker.after_commit import AfterCommit
 from queuestore.broker.marks import PublishMarks
 from queuestore.broker.transports import broker_priority, follow_lease
 from queuestore.core.errors import BrokerUnavailable
@@ -61,6 +62,8 @@ class Publisher:
         self.app = app
         self.options = options
         self.marks = PublishMarks(store, delay=options.publish_grace.total_seconds() / 2)
+        self.after_commit = AfterCommit(self)
+        """Publishes the tasks submitted in a caller's transaction once it commits."""
         follow_lease(app, options.lease)
 
     @classmethod

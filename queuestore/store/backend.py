@@ -30,6 +30,7 @@ from queuestore.core import validation as check
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorCodec, CursorKey
 from queuestore.core.errors import (
+    InvalidTaskData,
     InvalidTransition,
     LeaseLost,
     TaskConflict,
@@ -521,6 +522,18 @@ class StoreBackend(ABC):
         batch. A task at the version ``seen`` gives for its id, or an older one,
         is left out (the reader has it).
         """
+
+    def _insert_on(
+        self, connection: Any, news: Sequence[NewTask]
+    ) -> builtins.list[tuple[Task, bool]]:
+        """:meth:`_insert_many` on the caller's ``connection``, in the caller's transaction.
+
+        Raises:
+            InvalidTaskData: this store has no transaction to join (the default).
+        """
+        raise InvalidTaskData(
+            f"{type(self).__name__} has no transaction to join", field="connection"
+        )
 
     def _watch_tasks(self, task_ids: Collection[str], seconds: float) -> None:  # noqa: B027
         """Announce every write to ``task_ids`` for the next ``seconds``.

@@ -95,6 +95,7 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         start_by: datetime | None = None,
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
+        on: Any = None,
     ) -> Task:
         """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
@@ -123,9 +124,14 @@ class TaskStore(RunVerbs, DeliveryVerbs):
         ``timeout``, how long each run may take (``RunTimedOut``; without it,
         the job's own ``timeout``).
 
+        ``on``: the caller's connection (an SQLAlchemy ``Connection`` or
+        ``Session``, or a psycopg ``Connection``, to this store's database):
+        the row is inserted in the caller's transaction and commits or rolls
+        back with it (:class:`SqlTaskStore` only).
+
         Raises:
             InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at,
-                unique_key, priority, start_by, deadline or timeout.
+                unique_key, priority, start_by, deadline, timeout or connection.
             TaskConflict: ``task_id`` is already taken.
         """
         new = self._new_task(
@@ -144,11 +150,16 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             deadline=deadline,
             timeout=timeout,
         )
+        if on is not None:
+            ((task, _),) = self._insert_on(on, [new])
+            return task  # announced by nobody: it may yet roll back
         task, created = self._insert(new)
         self._announce_created([(task, created)])
         return task
 
-    def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
+    def create_many(
+        self, tasks: Iterable[Mapping[str, Any]], *, on: Any = None
+    ) -> builtins.list[Task]:
         """Persist many new tasks in one transaction, all or none: :meth:`create` for each.
 
         Each item holds :meth:`create`'s arguments by name (``name`` is required).
@@ -161,6 +172,8 @@ class TaskStore(RunVerbs, DeliveryVerbs):
                 ``tasks[3].input``), or two items have one ``task_id``; nothing
                 is written.
             TaskConflict: a ``task_id`` is already taken; nothing is written.
+
+        ``on``: the caller's connection, as for :meth:`create`.
         """
         news = [self._new_item(index, item) for index, item in enumerate(tasks)]
         ids = [new.id for new in news]
@@ -168,6 +181,8 @@ class TaskStore(RunVerbs, DeliveryVerbs):
             raise InvalidTaskData("two items have the same task_id", field="tasks")
         if not news:
             return []
+        if on is not None:
+            return [task for task, _ in self._insert_on(on, news)]
         results = self._insert_many(news)
         self._announce_created(results)
         return [task for task, _ in results]

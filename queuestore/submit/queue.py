@@ -198,6 +198,7 @@ class TaskQueue:
         start_by: datetime | None = None,
         deadline: datetime | None = None,
         timeout: timedelta | None = None,
+        connection: Any = None,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -237,12 +238,23 @@ class TaskQueue:
         live then fail (``DeadlineExceeded``); ``timeout``, how long each run
         may take, in place of the job's own (``RunTimedOut``).
 
+        ``connection``: submit inside the caller's transaction. An SQLAlchemy
+        ``Connection`` or ``Session``, or a psycopg ``Connection``, to the
+        store's database (:class:`~queuestore.SqlTaskStore`): the task is
+        inserted on it, so it exists if and only if the caller's transaction
+        commits, and its message is published only after that commit (by a
+        thread of the queue that sees the row appear; if the process dies
+        first, the sweep publishes it). Not with ``callback``.
+
         Raises:
             CallbackRefused: the callback's URL is refused; nothing is written.
             InvalidTaskData: bad arguments, input the registered job cannot
-                take, or both ``run_at`` and ``delay``.
+                take, both ``run_at`` and ``delay``, or a ``connection`` the
+                store cannot join.
         """
         self.check_input(name, input)
+        if connection is not None and callback is not None:
+            raise InvalidTaskData("is not taken with a connection", field="callback")
         if callback is not None:
             self.store.url_policy.check_url(callback.url)  # before anything is written
         if unique_key is not None and task_id is None:
@@ -261,8 +273,13 @@ class TaskQueue:
             start_by=start_by,
             deadline=deadline,
             timeout=timeout,
+            on=connection,
         )
         joined = unique_key is not None and task.id != task_id
+        if connection is not None:
+            if not joined and self.publisher.starts_soon(task):
+                self.publisher.after_commit.add([task])
+            return task
         if callback is not None:
             self._register(task, callback, owner, joined=joined)
         if joined:
@@ -308,7 +325,9 @@ class TaskQueue:
                 self.store.delete(task_id)  # never published: nothing ran
             raise
 
-    def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Task]:
+    def submit_many(
+        self, tasks: Iterable[Mapping[str, Any]], *, connection: Any = None
+    ) -> list[Task]:
         """:meth:`submit` for many tasks: one transaction, then one broker connection.
 
         Each item holds :meth:`submit`'s arguments by name (``name`` is
@@ -322,6 +341,9 @@ class TaskQueue:
         mapping of its fields) is registered after the commit and before any
         message goes out; if one cannot be, the batch's new tasks are deleted.
 
+        ``connection``: submit inside the caller's transaction, as for
+        :meth:`submit` (no item may have a callback then).
+
         Raises:
             InvalidTaskData: an item is invalid (the field says which, as
                 ``tasks[3].input`` or ``tasks[3].callback.url``); nothing is written.
@@ -329,6 +351,8 @@ class TaskQueue:
         """
         items = [self._creation(index, item) for index, item in enumerate(tasks)]
         callbacks = [item.pop("callback", None) for item in items]
+        if connection is not None:
+            return self._submit_many_on(connection, items, callbacks)
         created = self.store.create_many(items)
         if any(callbacks):
             self._register_all(created, items, callbacks)
@@ -338,6 +362,24 @@ class TaskQueue:
             if task.id == item["task_id"] and self.publisher.starts_soon(task)
         ]
         self.publisher.publish_many(self.publisher.admitted(new))
+        return created
+
+    def _submit_many_on(
+        self,
+        connection: Any,
+        items: list[dict[str, Any]],
+        callbacks: list[CallbackRequest | None],
+    ) -> list[Task]:
+        """:meth:`submit_many` inside the caller's transaction: published after its commit."""
+        if any(callbacks):
+            raise InvalidTaskData("is not taken with a connection", field="callback")
+        created = self.store.create_many(items, on=connection)
+        new = [
+            task
+            for task, item in zip(created, items, strict=True)
+            if task.id == item["task_id"] and self.publisher.starts_soon(task)
+        ]
+        self.publisher.after_commit.add(new)
         return created
 
     def _creation(self, index: int, item: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Connection, Engine
+from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement, Executable, Select
 
 from queuestore.core.callbacks import Callback, Delivery, DeliveryState
@@ -57,6 +58,39 @@ _KEY_RACES = 3
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+_Statements = Callable[[Executable, Any], list[dict[str, Any]]]
+"""Runs a statement with its parameters (a list of them: executemany) and returns its rows."""
+
+
+def _on(connection: Connection) -> _Statements:
+    """Statements run on an SQLAlchemy connection, in its transaction."""
+
+    def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
+        result = connection.execute(statement, params)
+        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+
+    return run
+
+
+@contextmanager
+def _savepoint(connection: Any) -> Iterator[None]:
+    """A savepoint in the caller's transaction: rolled back to if the block raises."""
+    if isinstance(connection, Session | Connection):
+        with connection.begin_nested():
+            yield
+    else:  # psycopg: a transaction block inside a transaction is a savepoint
+        with connection.transaction():
+            yield
+
+
+def _is_psycopg(connection: object) -> bool:
+    """Whether ``connection`` is a psycopg (3) connection, without importing psycopg."""
+    return any(
+        kind.__module__.startswith("psycopg") and kind.__name__ == "Connection"
+        for kind in type(connection).__mro__
+    )
 
 
 class _Refused(Exception):
@@ -207,29 +241,86 @@ class SqlTaskStore(TaskStore):
         raise TaskConflict(f"unique key {new.unique_key!r} kept changing hands", task_id=new.id)
 
     def _insert_many(self, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        with self._transaction() as connection:
+            return self._insert_batch(_on(connection), news)
+
+    def _insert_on(self, connection: Any, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        """Insert ``news`` on the caller's connection, in the caller's transaction.
+
+        ``connection`` is an SQLAlchemy ``Connection`` or ``Session``, or a
+        psycopg ``Connection``, to this store's database. Nothing commits
+        here: the rows commit or roll back with the caller's transaction. A
+        taken id or a held key raises no database error, so the caller's
+        transaction stays usable (the insert skips such rows).
+
+        Raises:
+            InvalidTaskData: ``connection`` is none of those, or to another kind
+                of database.
+            TaskConflict: a ``task_id`` is already taken; nothing is inserted.
+        """
+        run = self._joined(connection)
+        if len(news) == 1:  # one row: a conflict inserted nothing
+            return self._insert_batch(run, news)
+        with _savepoint(connection):  # a conflict takes back the rows inserted before it
+            return self._insert_batch(run, news)
+
+    def _joined(self, connection: Any) -> _Statements:
+        """How to run statements on a caller's connection."""
+        if isinstance(connection, Session):
+            connection = connection.connection()
+        if isinstance(connection, Connection):
+            if connection.dialect.name != self.engine.dialect.name:
+                raise InvalidTaskData(
+                    f"is to {connection.dialect.name}, not to this store's "
+                    f"{self.engine.dialect.name}",
+                    field="connection",
+                )
+            return _on(connection)
+        if self._postgres and _is_psycopg(connection):
+            return self._on_psycopg(connection)
+        raise InvalidTaskData(
+            "must be an SQLAlchemy Connection or Session, or a psycopg Connection, to this "
+            "store's database",
+            field="connection",
+        )
+
+    def _on_psycopg(self, connection: Any) -> _Statements:
+        """Statements run on a psycopg connection, compiled for this store's dialect."""
+
+        def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
+            columns = list(cast(Any, statement).exported_columns)
+            prepared = Prepared(cast(ClauseElement, statement), self.engine.dialect, columns)
+            with connection.cursor() as cursor:
+                cursor.execute(prepared.sql, prepared.arguments(params))
+                rows = cursor.fetchall() if cursor.description else []
+            return prepared.decoded(rows)
+
+        return run
+
+    def _insert_batch(self, run: _Statements, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        """Insert ``news`` with ``run``, resolving the rows a unique key or a taken id refused."""
         statement = cast(Executable, queries.insert_tasks(self._clock))
         done: dict[str, tuple[Task, bool]] = {}
-        with self._transaction() as connection:
-            waiting = list(news)
-            for _ in range(_KEY_RACES):
-                inserted = self._insert_rows(connection, statement, waiting)
-                done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
-                waiting = self._held_or_taken(connection, waiting, inserted, done)
-                if not waiting:
-                    return [done[new.id] for new in news]
+        waiting = list(news)
+        for _ in range(_KEY_RACES):
+            inserted = self._insert_rows(run, statement, waiting)
+            done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
+            waiting = self._held_or_taken(run, waiting, inserted, done)
+            if not waiting:
+                return [done[new.id] for new in news]
         raise TaskConflict("unique keys kept changing hands during the insert")
 
     def _insert_rows(
-        self, connection: Connection, statement: Executable, news: Sequence[NewTask]
+        self, run: _Statements, statement: Executable, news: Sequence[NewTask]
     ) -> dict[str, Task]:
         """Insert ``news`` in multi-row statements; the tasks inserted, by id."""
         fields = [self._row_params(new) for new in news]
         if self._postgres:  # one statement, the rows as one JSON array
-            rows = connection.execute(statement, {"rows": fields}).mappings().all()
+            rows = run(statement, {"rows": fields})
         else:
             now = datetime.now(UTC)
             stamped = [row | {"created_at": now + i * _TICK} for i, row in enumerate(fields)]
-            rows = connection.execute(statement, stamped).mappings().all()
+            rows = run(statement, stamped)
         by_id = {new.id: new for new in news}
         return {
             row["id"]: replace(
@@ -240,7 +331,7 @@ class SqlTaskStore(TaskStore):
 
     def _held_or_taken(
         self,
-        connection: Connection,
+        run: _Statements,
         news: Sequence[NewTask],
         inserted: Mapping[str, Task],
         done: dict[str, tuple[Task, bool]],
@@ -253,23 +344,22 @@ class SqlTaskStore(TaskStore):
                 continue
             holder = None
             if new.unique_key is not None:
-                rows = connection.execute(
+                rows = run(
                     cast(Executable, queries.key_holder(new.owner is not None)),
                     {"owner": new.owner, "unique_key": new.unique_key},
-                ).mappings()
-                holder = next((codec.task(dict(row)) for row in rows), None)
+                )
+                holder = next((codec.task(row) for row in rows), None)
             if holder is not None and holder.id != new.id:
                 done[new.id] = (holder, False)
-            elif holder is not None or self._id_taken(connection, new.id):
+            elif holder is not None or self._id_taken(run, new.id):
                 raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
             else:
                 again.append(new)  # its key's holder ended in between
         return again
 
     @staticmethod
-    def _id_taken(connection: Connection, task_id: str) -> bool:
-        rows = connection.execute(cast(Executable, queries.fetch_task("any")), {"task_id": task_id})
-        return rows.first() is not None
+    def _id_taken(run: _Statements, task_id: str) -> bool:
+        return bool(run(cast(Executable, queries.fetch_task("any")), {"task_id": task_id}))
 
     def _key_holder(self, owner: str | None, unique_key: str) -> Task | None:
         params = {"owner": owner, "unique_key": unique_key}
