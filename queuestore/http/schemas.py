@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from queuestore.core.callbacks import CallbackEvents, CallbackRequest, Delivery, DeliveryState
-from queuestore.core.models import Artifact, Task, TaskError, TaskStatus
+from queuestore.core.models import Artifact, Step, StepKind, StepStatus, Task, TaskError, TaskStatus
 from queuestore.core.urls import MAX_URL_LENGTH
 from queuestore.core.validation import NAME_PATTERN
 
@@ -204,6 +204,23 @@ class CreateTask(_Body):
         description="Send the task's status changes to this URL, from its creation on "
         "(GET /tasks/{task_id}/deliveries shows each).",
     )
+    start_by: StartTime | None = Field(
+        None,
+        description="If the job has not started by then, it never runs: the task fails "
+        "with DeadlineExpired.",
+    )
+    deadline: StartTime | None = Field(
+        None,
+        description="If the task (or a child of it) is still live then, it fails with "
+        "DeadlineExceeded.",
+    )
+    timeout: float | None = Field(
+        None,
+        ge=0.001,
+        le=MAX_SECONDS,
+        description="Seconds each run may take, in place of the job's own timeout; a run "
+        "past it fails with RunTimedOut.",
+    )
 
 
 class CancelTask(_Body):
@@ -248,6 +265,24 @@ class TaskView(BaseModel):
     )
     attempt: int
     version: int = Field(description="Grows by one on every write.")
+    parent_id: str | None = Field(
+        None, description="The task whose job spawned this one as a child; null: a root task."
+    )
+    spawn_key: str | None = Field(None, description="Its key among its parent's children.")
+    depth: int = Field(0, description="How many parents it has above it: 0 for a root task.")
+    waits_on: list[str] | None = Field(
+        None,
+        description="While its job waits for child tasks (working, no worker held): their "
+        "ids, or [] for every child; null otherwise.",
+    )
+    start_by: datetime | None = Field(None, description="Not started by then, it never runs.")
+    deadline_at: datetime | None = Field(None, description="Still live then, it fails.")
+    run_timeout: float | None = Field(
+        None, description="Seconds each run may take (null: the job's own timeout)."
+    )
+    run_deadline_at: datetime | None = Field(
+        None, description="When the current (or last) run had to end."
+    )
 
     @classmethod
     def of(cls, task: Task) -> TaskView:
@@ -276,7 +311,40 @@ class TaskView(BaseModel):
             errors=task.errors,
             attempt=task.attempt,
             version=task.version,
+            parent_id=task.parent_id,
+            spawn_key=task.spawn_key,
+            depth=task.depth,
+            waits_on=task.waits_on,
+            start_by=task.start_by,
+            deadline_at=task.deadline_at,
+            run_timeout=None if task.run_timeout is None else task.run_timeout.total_seconds(),
+            run_deadline_at=task.run_deadline_at,
         )
+
+
+class StepView(BaseModel):
+    """A named step (or durable sleep) of a task's job, as a run recorded it."""
+
+    name: str
+    kind: StepKind = Field(description="step, or sleep (its result holds the wake time).")
+    status: StepStatus = Field(description="completed (with a result) or failed (an error).")
+    result: JsonValue = Field(description="What the step returned; every later run gets it.")
+    error: TaskError | None
+    attempt: int = Field(description="The task's run that recorded it.")
+    tries: int = Field(description="How many runs recorded it: its failures and the last.")
+    started_at: datetime
+    finished_at: datetime
+
+    @classmethod
+    def of(cls, step: Step) -> StepView:
+        """The public view of ``step``."""
+        return cls.model_validate(step.model_dump())
+
+
+class StepList(BaseModel):
+    """A task's steps, oldest first."""
+
+    steps: list[StepView]
 
 
 class TaskList(BaseModel):

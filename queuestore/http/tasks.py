@@ -30,10 +30,13 @@ from queuestore.http.schemas import (
     JobRunning,
     ResumeTask,
     Running,
+    StepList,
+    StepView,
     TaskList,
     TaskView,
 )
 from queuestore.http.service import Principal, Service, ServiceDep
+from queuestore.store import UNSET
 
 router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
 
@@ -134,6 +137,9 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
         "unique_key": body.unique_key,
         "priority": body.priority,
         "callback": None if body.callback is None else body.callback.request(),
+        "start_by": body.start_by,
+        "deadline": body.deadline,
+        "timeout": None if body.timeout is None else timedelta(seconds=body.timeout),
     }
 
 
@@ -175,16 +181,33 @@ async def list_tasks(
     cursor: Annotated[
         str | None, Query(description="``next_cursor`` of the previous page, same filters.")
     ] = None,
+    parent_id: Annotated[
+        str | None,
+        Query(
+            description="Only the child tasks of this task.",
+            min_length=1,
+            max_length=64,
+            pattern=TASK_ID_PATTERN.pattern,
+        ),
+    ] = None,
+    root: Annotated[
+        bool,
+        Query(description="Only root tasks (no parent): with parent_id, none (filters add up)."),
+    ] = False,
 ) -> TaskList:
     """The caller's tasks, newest first, one page at a time (keyset cursors); 401 anonymous."""
+    owner = named(principal, "listing tasks")
+    if root and parent_id is not None:
+        return TaskList(tasks=[], next_cursor=None)  # no task is a root and a child
     page = await service.store.list(
-        owner=named(principal, "listing tasks"),
+        owner=owner,
         status=None if status is None else list[TaskStatus | str](status),
         context_id=context_id,
         name=name,
         updated_after=updated_after,
         limit=limit,
         cursor=cursor,
+        parent_id=None if root else UNSET if parent_id is None else parent_id,
     )
     if page.next_cursor is not None:
         following = request.url.include_query_params(cursor=page.next_cursor)
@@ -257,6 +280,13 @@ async def resume_task(
 ) -> TaskView:
     """Answer a task waiting for input; its job runs again. 409 when it is not waiting."""
     return TaskView.of(await service.queue.resume(task_id, body.answer, owner=principal))
+
+
+@router.get("/{task_id}/steps", responses=responses(401, 404, 422, 503))
+async def list_steps(task_id: TaskId, principal: Principal, service: ServiceDep) -> StepList:
+    """The named steps and durable sleeps the task's runs recorded, oldest first."""
+    found = await service.store.steps(task_id, owner=principal)
+    return StepList(steps=[StepView.of(step) for step in found])
 
 
 @router.get("/{task_id}/deliveries", responses=responses(401, 404, 422, 503))

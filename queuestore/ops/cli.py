@@ -33,8 +33,9 @@ from queuestore.core.logs import setup as setup_logging
 from queuestore.core.models import LIVE, Task
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.watch import Watch
-from queuestore.ops.presentation import TaskWatchView, task_table
+from queuestore.ops.presentation import TaskWatchView, step_table, task_table
 from queuestore.push.signing import SigningSecret
+from queuestore.store import UNSET
 from queuestore.store.sql import SqlTaskStore
 
 app = typer.Typer(
@@ -215,9 +216,13 @@ def tasks_list(
     context: Annotated[str | None, typer.Option(help="Only tasks of this context id.")] = None,
     limit: Annotated[int, typer.Option(help="Tasks per page (1..1000).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="The next page, as a listing gave it.")] = None,
+    parent: Annotated[str | None, typer.Option(help="Only the child tasks of this task.")] = None,
+    roots: Annotated[bool, typer.Option("--roots", help="Only root tasks (no parent).")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List tasks, newest first."""
+    if parent is not None and roots:
+        _fail("give --parent or --roots, not both", 2)
     with _reporting():
         settings = _settings(url)
         page = _store(url).list(
@@ -227,6 +232,7 @@ def tasks_list(
             context_id=context,
             limit=limit,
             cursor=cursor,
+            parent_id=None if roots else UNSET if parent is None else parent,
         )
     if as_json:
         _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
@@ -321,13 +327,24 @@ def _caps_json(caps: Caps) -> dict[str, int | None]:
 def tasks_show(
     task_id: str, url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
 ) -> None:
-    """Print one task (put -- before an id that starts with -)."""
+    """Print one task, its steps and its children (put -- before an id that starts with -)."""
     with _reporting():
-        task = _store(url).get(task_id, owner=_owner(owner))
+        store = _store(url)
+        task = store.get(task_id, owner=_owner(owner))
+        steps = store.steps(task.id, owner=_owner(owner))
+        children = store.count(parent_id=task.id, owner=_owner(owner))
+        live = store.count(parent_id=task.id, owner=_owner(owner), status=LIVE)
     if as_json:
-        _print_json(_task_json(task))
-    else:
-        console.print_json(task.model_dump_json())
+        document = _task_json(task)
+        document["steps"] = [step.model_dump(mode="json") for step in steps]
+        document["children"] = {"total": children, "live": live}
+        _print_json(document)
+        return
+    console.print_json(task.model_dump_json())
+    if steps:
+        console.print(step_table(steps))
+    if children:
+        console.print(f"children: {children} ({live} live): tasks list --parent {task.id}")
 
 
 @tasks.command("watch")
@@ -462,6 +479,18 @@ def tasks_submit(
         CallbackEvents,
         typer.Option(help="Which changes the callback gets: the end only, or every status."),
     ] = CallbackEvents.TERMINAL,
+    timeout: Annotated[
+        str | None,
+        typer.Option(help="How long each run may take: seconds, or ISO 8601 (PT5M)."),
+    ] = None,
+    start_by: Annotated[
+        str | None,
+        typer.Option(help="Not started by this time (ISO 8601, offset), it never runs."),
+    ] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(help="Still live at this time (ISO 8601, offset), it fails."),
+    ] = None,
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
@@ -469,6 +498,7 @@ def tasks_submit(
     from queuestore.submit.queue import TaskQueue
 
     arguments = _submission(input, delay, at)
+    arguments |= _deadlines(timeout, start_by, deadline)
     with _reporting():
         settings = _settings(url).model_copy(update={"auto_migrate": False})
         queue = TaskQueue(
@@ -493,6 +523,26 @@ def tasks_submit(
     else:
         starts = f" (starts {task.run_at.isoformat()})" if task.run_at is not None else ""
         console.print(f"{task.id} {task.status}{starts}")
+
+
+def _deadlines(timeout: str | None, start_by: str | None, deadline: str | None) -> dict[str, Any]:
+    """``submit``'s deadlines from the command's texts; a usage error when bad."""
+    arguments: dict[str, Any] = {}
+    if timeout is not None:
+        try:
+            arguments["timeout"] = TypeAdapter(Duration).validate_python(timeout)
+        except ValidationError as exc:
+            _fail(f"--timeout: {exc.errors()[0]['msg']} (seconds, or ISO 8601 such as PT5M)", 2)
+    for option, value, key in (
+        ("--start-by", start_by, "start_by"),
+        ("--deadline", deadline, "deadline"),
+    ):
+        if value is not None:
+            try:
+                arguments[key] = datetime.fromisoformat(value)
+            except ValueError as exc:
+                _fail(f"{option}: {exc}", 2)
+    return arguments
 
 
 def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from queuestore.core.models import Task, TaskStatus
+from queuestore.core.models import Step, Task, TaskStatus
 
 _STATUS_COLOURS = {
     "completed": "green",
@@ -49,6 +49,25 @@ def task_table(rows: list[Task], title: str | None = None) -> Table:
             _cell("" if task.progress is None else f"{task.progress:.0%}"),
             _cell(outcome(task) or starts(task)),
             _cell(str(sum(len(artifact.parts) for artifact in task.artifacts))),
+        )
+    return table
+
+
+def step_table(steps: list[Step]) -> Table:
+    """A table of a task's named steps: what each came to, in which run, how long it took."""
+    table = Table(title="steps", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in ("name", "kind", "status", "run", "tries", "took", "error"):
+        table.add_column(column, justify="right" if column in ("run", "tries", "took") else "left")
+    for step in steps:
+        took = (step.finished_at - step.started_at).total_seconds()
+        table.add_row(
+            _cell(step.name),
+            step.kind.value,
+            _cell(step.status.value, "green" if step.status.value == "completed" else "red"),
+            str(step.attempt),
+            str(step.tries),
+            f"{took:.3f}s",
+            _cell("" if step.error is None else step.error.type),
         )
     return table
 

@@ -50,11 +50,21 @@ def ask(ctx: TaskContext, question: str = "Proceed?") -> dict[str, object]:
 @job(
     app,
     name="http.flaky",
-    retry=Retry(on=(ConnectionError,), tries=2, backoff=timedelta(milliseconds=100)),
+    retry=Retry(on=(ConnectionError,), max_runs=2, backoff=timedelta(milliseconds=100)),
 )
 def flaky(ctx: TaskContext, message: str = "upstream down") -> None:
     """Raise an error its retry policy retries once: the second run fails the task."""
     raise ConnectionError(f"{message} (run {ctx.attempt})")
+
+
+@job(app, name="http.fan")
+def fan(ctx: TaskContext, numbers: list[int]) -> int:
+    """A step, then one ``http.add`` child per number (each added to itself), summed."""
+    doubled = ctx.step("double", lambda: [n * 2 for n in numbers])
+    children = [ctx.spawn("http.add", {"a": n, "b": n}, key=str(i)) for i, n in enumerate(numbers)]
+    total: int = sum(ctx.wait_results(children))
+    assert total == sum(doubled)
+    return total
 
 
 @job(app, name="http.fail")
