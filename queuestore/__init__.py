@@ -42,7 +42,7 @@ from queuestore.core.retries import Retry
 from queuestore.core.urls import UrlPolicy
 from queuestore.push.deliverer import Deliverer, DeliveryPolicy
 from queuestore.push.signing import SigningSecret
-from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
+from queuestore.run.jobs import InputRequested, Job, JobCancelled, RunTimedOut, TaskContext, job
 from queuestore.run.steps import step
 from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
 from queuestore.submit.queue import TaskQueue
@@ -76,6 +76,7 @@ __all__ = [
     "LeaseLost",
     "QueueStoreError",
     "Retry",
+    "RunTimedOut",
     "Settings",
     "SigningSecret",
     "SqlTaskStore",

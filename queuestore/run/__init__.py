@@ -11,13 +11,14 @@ run's message once the store owns the task. It never imports the callers' side.
 
 from queuestore.run.context import InputRequested, TaskContext
 from queuestore.run.jobs import Job, execute, job, registered_job, registered_names
-from queuestore.run.lease import JobCancelled, Run
+from queuestore.run.lease import JobCancelled, Run, RunTimedOut
 
 __all__ = [
     "InputRequested",
     "Job",
     "JobCancelled",
     "Run",
+    "RunTimedOut",
     "TaskContext",
     "execute",
     "job",
