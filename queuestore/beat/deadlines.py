@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from queuestore.broker.publisher import BROKER_ERRORS, Publisher
 from queuestore.core.logs import about
 from queuestore.core.models import Task
-from queuestore.store.runs import Enforced
+from queuestore.store.durable import Enforced
 
 log = logging.getLogger(__name__)
 

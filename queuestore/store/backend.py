@@ -238,6 +238,15 @@ class StepOutcome:
     elapsed: timedelta = timedelta(0)
 
 
+def held_by(worker_id: str) -> Write:
+    """The conditions of a run's own write: a working task its worker holds."""
+    return Write(
+        scope=OwnerScope(unscoped=True),
+        from_statuses=frozenset({TaskStatus.WORKING}),
+        fence=worker_id,
+    )
+
+
 class SweepFilter(NamedTuple):
     """What a sweep under concurrency limits leaves out of the unpublished tasks, or keeps to.
 

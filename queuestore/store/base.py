@@ -44,6 +44,7 @@ from queuestore.store.backend import (
     Write,
 )
 from queuestore.store.deliveries import DeliveryVerbs
+from queuestore.store.durable import DurableVerbs
 from queuestore.store.runs import RunVerbs, lost_runs
 
 P = ParamSpec("P")
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 
-class TaskStore(RunVerbs, DeliveryVerbs):
+class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:

@@ -38,7 +38,7 @@ from queuestore.core.options import QueueOptions
 from queuestore.core.owner import ANY, Owner
 from queuestore.run.jobs import prepare_worker, registered_job, registered_names
 from queuestore.store.base import TaskStore
-from queuestore.store.runs import Enforced
+from queuestore.store.durable import Enforced
 
 log = logging.getLogger(__name__)
 

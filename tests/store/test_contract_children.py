@@ -23,7 +23,7 @@ from queuestore import (
     TaskStatus,
     TaskStore,
 )
-from queuestore.store.runs import spawn_key
+from queuestore.store.durable import spawn_key
 from tests.store.support import race, snapshot
 
 LEASE = timedelta(minutes=5)
