@@ -453,10 +453,11 @@ class SqlTaskStore(TaskStore):
     def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
         # The result comes back only where jsonb would not store it as sent.
         with_result = self._postgres and not codec.stored_as_sent(outcome.result)
-        prepared = self._executor.prepare(
-            ("record_step", with_result),
-            lambda: steps.record_step(self._clock, with_result=with_result),
-            steps.recorded(with_result=with_result),
+        columns = steps.recorded(with_result=with_result)
+        insert = self._executor.prepare(
+            ("insert_step", with_result),
+            lambda: steps.insert_step(self._clock, with_result=with_result),
+            columns,
         )
         error = None if outcome.error is None else outcome.error.model_dump(mode="json")
         params = {
@@ -468,11 +469,20 @@ class SqlTaskStore(TaskStore):
             "result": outcome.result,
             "error": error,
         } | self._clock.params(back=-outcome.elapsed)
-        rows = self._executor.rows(prepared, params, read=False)
+        try:
+            rows = self._executor.rows(insert, params, read=False)
+        except self.engine.dialect.loaded_dbapi.IntegrityError:  # recorded before
+            record = self._executor.prepare(
+                ("record_step", with_result),
+                lambda: steps.record_step(self._clock, with_result=with_result),
+                columns,
+            )
+            rows = self._executor.rows(record, params, read=False)
         if not rows:
             return None
         row = rows[0]
-        return Step(
+        # Every value is checked already, or the database's (aware UTC timestamps).
+        return Step.model_construct(
             name=outcome.name,
             kind=outcome.kind,
             status=outcome.status,
