@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from queuestore.core.errors import (
         BrokerUnavailable,
         CallbackRefused,
+        ChildFailed,
         InvalidCursor,
         InvalidTaskData,
         InvalidTransition,
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
         TERMINAL,
         TRANSITIONS,
         Artifact,
+        Step,
+        StepKind,
+        StepStatus,
         Task,
         TaskError,
         TaskPage,
@@ -52,7 +56,8 @@ if TYPE_CHECKING:
     from queuestore.core.workers import Worker
     from queuestore.push.deliverer import Deliverer, DeliveryPolicy
     from queuestore.push.signing import SigningSecret
-    from queuestore.run.jobs import InputRequested, Job, JobCancelled, TaskContext, job
+    from queuestore.run.jobs import InputRequested, Job, JobCancelled, RunTimedOut, TaskContext, job
+    from queuestore.run.steps import step
     from queuestore.store import UNSET, InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
     from queuestore.submit.queue import TaskQueue
 
@@ -70,6 +75,7 @@ _HOMES = {
     "queuestore.core.errors": [
         "BrokerUnavailable",
         "CallbackRefused",
+        "ChildFailed",
         "InvalidCursor",
         "InvalidTaskData",
         "InvalidTransition",
@@ -84,6 +90,9 @@ _HOMES = {
         "TERMINAL",
         "TRANSITIONS",
         "Artifact",
+        "Step",
+        "StepKind",
+        "StepStatus",
         "Task",
         "TaskError",
         "TaskPage",
@@ -97,7 +106,15 @@ _HOMES = {
     "queuestore.core.workers": ["Worker"],
     "queuestore.push.deliverer": ["Deliverer", "DeliveryPolicy"],
     "queuestore.push.signing": ["SigningSecret"],
-    "queuestore.run.jobs": ["InputRequested", "Job", "JobCancelled", "TaskContext", "job"],
+    "queuestore.run.jobs": [
+        "InputRequested",
+        "Job",
+        "JobCancelled",
+        "RunTimedOut",
+        "TaskContext",
+        "job",
+    ],
+    "queuestore.run.steps": ["step"],
     "queuestore.store": ["UNSET", "InMemoryTaskStore", "SqlTaskStore", "TaskStore", "make_engine"],
     "queuestore.submit.queue": ["TaskQueue"],
 }
@@ -118,6 +135,7 @@ __all__ = [
     "CallbackFormat",
     "CallbackRefused",
     "CallbackRequest",
+    "ChildFailed",
     "ConcurrencyLimits",
     "Deliverer",
     "Delivery",
@@ -134,9 +152,13 @@ __all__ = [
     "QueueStoreError",
     "Retry",
     "Rollup",
+    "RunTimedOut",
     "Settings",
     "SigningSecret",
     "SqlTaskStore",
+    "Step",
+    "StepKind",
+    "StepStatus",
     "StoreUnavailable",
     "Task",
     "TaskConflict",
@@ -152,6 +174,7 @@ __all__ = [
     "job",
     "make_engine",
     "new_task_id",
+    "step",
 ]
 
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
-from queuestore.core.models import Artifact, Task, TaskError, TaskPage, TaskStatus
+from queuestore.core.errors import InvalidTaskData
+from queuestore.core.models import Artifact, Step, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.rollup import Rollup
 from queuestore.core.watch import AsyncWatch
@@ -54,6 +56,9 @@ class AsyncTaskStore:
         run_at: datetime | None = None,
         unique_key: str | None = None,
         priority: int = 0,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> Task:
         """See :meth:`TaskStore.create`."""
         return await self.sync.run_async(
@@ -69,6 +74,9 @@ class AsyncTaskStore:
             run_at=run_at,
             unique_key=unique_key,
             priority=priority,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
 
     async def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
@@ -91,6 +99,7 @@ class AsyncTaskStore:
         cursor: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> TaskPage:
         """See :meth:`TaskStore.list`."""
         return await self.sync.run_async(
@@ -104,6 +113,7 @@ class AsyncTaskStore:
             cursor=cursor,
             created_after=created_after,
             created_before=created_before,
+            parent_id=parent_id,
         )
 
     async def count(
@@ -116,6 +126,7 @@ class AsyncTaskStore:
         updated_after: datetime | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> int:
         """See :meth:`TaskStore.count`."""
         return await self.sync.run_async(
@@ -127,7 +138,12 @@ class AsyncTaskStore:
             updated_after=updated_after,
             created_after=created_after,
             created_before=created_before,
+            parent_id=parent_id,
         )
+
+    async def steps(self, task_id: str, *, owner: Owner = ANY) -> builtins.list[Step]:
+        """See :meth:`TaskStore.steps`."""
+        return await self.sync.run_async(self.sync.steps, task_id, owner=owner)
 
     async def update(
         self,
@@ -172,6 +188,12 @@ class AsyncTaskStore:
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskStore.cancel`."""
         return await self.sync.run_async(self.sync.cancel, task_id, owner=owner, reason=reason)
+
+    async def cancel_tree(
+        self, task_id: str, *, owner: Owner = ANY, reason: str | None = None
+    ) -> builtins.list[Task]:
+        """See :meth:`TaskStore.cancel_tree`."""
+        return await self.sync.run_async(self.sync.cancel_tree, task_id, owner=owner, reason=reason)
 
     async def delete(self, task_id: str, *, owner: Owner = ANY) -> None:
         """See :meth:`TaskStore.delete`."""
@@ -248,9 +270,14 @@ class AsyncTaskQueue:
         unique_key: str | None = None,
         priority: int = 0,
         callback: CallbackRequest | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
+        connection: Any = None,
     ) -> Task:
-        """See :meth:`TaskQueue.submit`."""
-        return await asyncio.to_thread(
+        """See :meth:`TaskQueue.submit`; ``connection`` is an SQLAlchemy ``AsyncConnection``
+        or ``AsyncSession``, whose transaction the task joins."""
+        submit = functools.partial(
             self.sync.submit,
             name,
             input,
@@ -264,11 +291,24 @@ class AsyncTaskQueue:
             unique_key=unique_key,
             priority=priority,
             callback=callback,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
+        if connection is None:
+            return await asyncio.to_thread(submit)
+        return await _joined(connection, lambda joined: submit(connection=joined))
 
-    async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
-        """See :meth:`TaskQueue.submit_many`."""
-        return await asyncio.to_thread(self.sync.submit_many, builtins.list(tasks))
+    async def submit_many(
+        self, tasks: Iterable[Mapping[str, Any]], *, connection: Any = None
+    ) -> builtins.list[Task]:
+        """See :meth:`TaskQueue.submit_many`; ``connection`` as for :meth:`submit`."""
+        items = builtins.list(tasks)
+        if connection is None:
+            return await asyncio.to_thread(self.sync.submit_many, items)
+        return await _joined(
+            connection, lambda joined: self.sync.submit_many(items, connection=joined)
+        )
 
     async def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """See :meth:`TaskQueue.cancel`."""
@@ -285,3 +325,22 @@ class AsyncTaskQueue:
     async def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """See :meth:`TaskQueue.result`."""
         return await asyncio.to_thread(self.sync.result, task_id, timeout=timeout, owner=owner)
+
+
+T = TypeVar("T")
+
+
+async def _joined(connection: Any, call: Callable[[Any], T]) -> T:
+    """``call`` with the sync side of the caller's async connection, in its transaction.
+
+    Raises:
+        InvalidTaskData: ``connection`` is not an SQLAlchemy ``AsyncConnection``
+            or ``AsyncSession``.
+    """
+    run_sync = getattr(connection, "run_sync", None)
+    if run_sync is None:
+        raise InvalidTaskData(
+            "must be an SQLAlchemy AsyncConnection or AsyncSession", field="connection"
+        )
+    result: T = await run_sync(lambda joined, *_: call(joined))
+    return result

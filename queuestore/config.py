@@ -171,6 +171,16 @@ class Settings(BaseSettings):
         description="Cancel interrupts a running job at once (prefork pool); false for "
         "solo, threads or gevent pools.",
     )
+    timeout_grace: Duration = Field(
+        timedelta(seconds=10),
+        description="How long a run past its timeout has to stop once interrupted; then a "
+        "prefork pool process kills itself (the task is failed at its timeout either way).",
+    )
+    timeout_interrupt: bool = Field(
+        True,
+        description="Raise RunTimedOut in the thread of a job past its timeout (every pool); "
+        "false: the job sees it only at its next report or step.",
+    )
 
     janitor_ttl: Duration = Field(
         timedelta(days=1), description="How long a finished task is kept before the janitor."
@@ -443,6 +453,8 @@ class Settings(BaseSettings):
             schedule_ahead=self.schedule_ahead,
             priorities=self.priorities,
             limits=self.limits,
+            timeout_grace=self.timeout_grace,
+            timeout_interrupt=self.timeout_interrupt,
         )
         if beat:
             queue.install_beat_schedule(

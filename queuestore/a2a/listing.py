@@ -72,7 +72,8 @@ class _Listing:
         page_size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE_SIZE
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise InvalidParamsError(message=f"page_size must be 1..{MAX_PAGE_SIZE}")
-        filters: dict[str, Any] = {"owner": owner}
+        # Root tasks only: the tasks a client created, not the children their jobs spawned.
+        filters: dict[str, Any] = {"owner": owner, "parent_id": None}
         if params.status:
             try:
                 filters["status"] = convert.status_of(params.status)

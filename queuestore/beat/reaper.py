@@ -40,6 +40,7 @@ def reap(publisher: Publisher) -> list[Task]:
     for task in reaped:
         if task.is_terminal:
             publisher.hand_off(task)
+    publisher.wake_parents(reaped)
     return reaped
 
 

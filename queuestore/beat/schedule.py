@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from celery import Celery
 
+from queuestore.beat.deadlines import enforce
 from queuestore.beat.janitor import run_janitor
 from queuestore.beat.reaper import reap
 from queuestore.beat.sweep import sweep
@@ -29,7 +30,8 @@ JANITOR_TASK: Final = "queuestore.janitor"
 """Deletes terminal tasks older than their TTL."""
 
 REAPER_TASK: Final = "queuestore.reaper"
-"""Retries or fails the runs whose lease stopped being renewed."""
+"""Retries or fails the runs whose lease stopped being renewed, and fails the tasks past
+their deadlines."""
 
 SWEEP_TASK: Final = "queuestore.sweep"
 """Publishes the tasks whose message never went out, or was lost."""
@@ -48,7 +50,11 @@ def register(app: Celery) -> None:
         return _skipped_in_outage("janitor", lambda: run_janitor(store, ttl, batch_size=batch_size))
 
     def reaper() -> int:
-        return _skipped_in_outage("reaper", lambda: len(reap(Publisher.of(app))))
+        def lost_and_late() -> int:
+            publisher = Publisher.of(app)
+            return len(reap(publisher)) + sum(map(len, enforce(publisher)))
+
+        return _skipped_in_outage("reaper", lost_and_late)
 
     def sweeper() -> int:
         return _skipped_in_outage("sweep", lambda: sweep(Publisher.of(app)))

@@ -5,7 +5,9 @@ A task is committed before its message is published; when the publish fails
 lost with its broker, the task waits in the store, unpublished. Beat runs the
 sweep every ``sweep_interval``: it publishes those tasks, the most urgent and
 longest waiting first, and under concurrency limits only as many of an
-owner's or a job's as it has free slots.
+owner's or a job's as it has free slots. It also tends the task tree: it wakes
+a parent whose children all ended while nobody woke it, and cancels the live
+children of a parent that ended before its cascade ran.
 """
 
 from __future__ import annotations
@@ -38,7 +40,24 @@ def sweep(publisher: Publisher, *, limit: int = 500) -> int:
         if not publisher.try_publish(task):
             break
         published += 1
+    published += _tend_the_tree(publisher, limit)
     publisher.marks.flush()  # one write for the sweep, before the next can run
     if published:  # quiet when it had nothing to do
         log.info("the sweep published %d waiting tasks", published)
+    return published
+
+
+def _tend_the_tree(publisher: Publisher, limit: int) -> int:
+    """Wake and publish the parents whose children all ended while no waker came, and
+    cancel the live children of ended parents whose cascade never ran; how many published."""
+    store = publisher.store
+    orphans = store.cancel_orphans(limit=limit)
+    if orphans:
+        log.warning("the sweep cancelled %d tasks whose parent had ended", len(orphans))
+    woken = store.wake_due(limit=limit)
+    published = 0
+    for task in publisher.admitted(woken):
+        if not publisher.try_publish(task):
+            break
+        published += 1
     return published

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from celery import Celery
 from kombu import exceptions as kombu_errors
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from queuestore.broker.after_commit import AfterCommit
 from queuestore.broker.marks import PublishMarks
 from queuestore.broker.transports import broker_priority, follow_lease
 from queuestore.core import tracing
@@ -66,6 +68,8 @@ class Publisher:
         self.app = app
         self.options = options
         self.marks = PublishMarks(store, delay=options.publish_grace.total_seconds() / 2)
+        self.after_commit = AfterCommit(self)
+        """Publishes the tasks submitted in a caller's transaction once it commits."""
         follow_lease(app, options.lease)
 
     @classmethod
@@ -228,6 +232,22 @@ class Publisher:
                 break
             published += 1
         return published
+
+    def wake_parents(self, ended: Iterable[Task]) -> list[Task]:
+        """Wake the parents parked on these ended tasks, and publish them; the ones woken.
+
+        A parent waiting for its children (``TaskContext.wait``) runs again once
+        none it waits for is live: whoever ends a child calls this, so the
+        parent runs at once; the sweep wakes any parent whose waker died
+        (:meth:`TaskStore.wake_due <queuestore.TaskStore.wake_due>`).
+        """
+        parents = {task.parent_id for task in ended if task.parent_id and task.is_terminal}
+        if not parents:
+            return []
+        woken = self.store.wake(parents)
+        for task in self.admitted(woken):
+            self.try_publish(task)
+        return woken
 
 
 def countdown_for(task: Task, countdown: float | None) -> float | None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from queuestore.core.models import Task
 
 
 class QueueStoreError(Exception):
@@ -100,6 +104,19 @@ class CallbackRefused(InvalidTaskData):
         self.reason = reason
 
 
+class ChildFailed(QueueStoreError):
+    """A child task a job waited for did not complete (``TaskContext.wait_results``).
+
+    Attributes:
+        child: the child task as it ended: failed, cancelled or rejected.
+    """
+
+    def __init__(self, child: Task) -> None:
+        reason = f": {child.error.type}: {child.error.message}" if child.error else ""
+        super().__init__(f"child task {child.id!r} ended {child.status}{reason}", task_id=child.id)
+        self.child = child
+
+
 class StoreUnavailable(QueueStoreError):
     """The storage backend cannot be reached; the original exception is chained."""
 
@@ -111,6 +128,7 @@ class BrokerUnavailable(QueueStoreError):
 __all__ = [
     "BrokerUnavailable",
     "CallbackRefused",
+    "ChildFailed",
     "InvalidCursor",
     "InvalidTaskData",
     "InvalidTransition",

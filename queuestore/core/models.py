@@ -164,12 +164,38 @@ class Task(Record):
     """The errors of the runs its job's retry policy retried, oldest first; the
     error that ended the task, if one did, is ``error``."""
     suspends: int = 0
-    """How many of its runs ended to wait for a time (``TaskStore.suspend``)."""
+    """How many of its runs ended to wait for a time or for child tasks (``TaskStore.suspend``)."""
     traceparent: str | None = None
     """The W3C trace context of the submit that created it, which its runs continue."""
+    parent_id: str | None = None
+    """The task whose run started this one (``TaskContext.spawn``); None for a root task."""
+    spawn_key: str | None = None
+    """The key that makes it one child of its parent: a second spawn with it returns this task."""
+    depth: int = 0
+    """How many parents it has above it: 0 for a root task."""
+    waits_on: list[str] | None = None
+    """While its run waits for child tasks (``TaskContext.wait``): their ids, or ``[]`` for
+    every child. The task is ``working`` with no run and no message meanwhile."""
+    start_by: AwareDatetime | None = None
+    """Not started by then, it never runs: it fails with ``DeadlineExpired``."""
+    deadline_at: AwareDatetime | None = None
+    """Still live then, in any phase, it fails with ``DeadlineExceeded``."""
+    run_timeout: timedelta | None = None
+    """How long each run may take (``submit(timeout=...)``); None: its job's ``timeout``."""
+    run_deadline_at: AwareDatetime | None = None
+    """When its current (or last) run had to end, set by the claim: a run past it fails
+    ``RunTimedOut``; None when it had no timeout and no deadline."""
 
     @field_validator(
-        "created_at", "updated_at", "started_at", "finished_at", "lease_expires_at", "run_at"
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "lease_expires_at",
+        "run_at",
+        "start_by",
+        "deadline_at",
+        "run_deadline_at",
     )
     @classmethod
     def _in_utc(cls, value: datetime | None) -> datetime | None:
@@ -179,6 +205,46 @@ class Task(Record):
     def is_terminal(self) -> bool:
         """Whether the task has reached a status it never leaves."""
         return self.status in TERMINAL
+
+
+class StepKind(StrEnum):
+    """What a step records: a unit of work's result, or a durable sleep's wake time."""
+
+    STEP = "step"
+    SLEEP = "sleep"
+
+
+class StepStatus(StrEnum):
+    """How a step's last run ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class Step(Record):
+    """A named step of a task's job, as the store recorded it (``TaskContext.step``).
+
+    A completed step's ``result`` is returned to every later run of the task
+    instead of running the step again; a failed one keeps its ``error`` and
+    runs again on the next run.
+    """
+
+    name: str
+    kind: StepKind = StepKind.STEP
+    status: StepStatus
+    result: JsonValue = None
+    error: TaskError | None = None
+    attempt: int
+    """The task's run (``Task.attempt``) that recorded it."""
+    tries: int = 1
+    """How many runs recorded it: its failures and its last outcome."""
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+
+    @field_validator("started_at", "finished_at")
+    @classmethod
+    def _in_utc(cls, value: datetime) -> datetime:
+        return value.astimezone(UTC)
 
 
 class TaskPage(Record):
@@ -199,6 +265,9 @@ __all__ = [
     "TRANSITIONS",
     "Artifact",
     "JsonObject",
+    "Step",
+    "StepKind",
+    "StepStatus",
     "Task",
     "TaskError",
     "TaskPage",

@@ -40,6 +40,8 @@ class QueueOptions:
     schedule_ahead: timedelta
     priorities: bool
     limits: ConcurrencyLimits
+    timeout_grace: timedelta = timedelta(seconds=10)
+    timeout_interrupt: bool = True
 
     @classmethod
     def build(
@@ -56,6 +58,8 @@ class QueueOptions:
         schedule_ahead: timedelta | None = None,
         priorities: bool = False,
         limits: ConcurrencyLimits = NO_LIMITS,
+        timeout_grace: timedelta = timedelta(seconds=10),
+        timeout_interrupt: bool = True,
     ) -> QueueOptions:
         """The options, with ``ack_after`` (half the lease) and ``schedule_ahead``
         (12 s, or less where the lease leaves less) worked out when None."""
@@ -74,11 +78,15 @@ class QueueOptions:
             schedule_ahead=schedule_ahead,
             priorities=priorities,
             limits=limits,
+            timeout_grace=timeout_grace,
+            timeout_interrupt=timeout_interrupt,
         )
 
     def __post_init__(self) -> None:
         if not isinstance(self.limits, ConcurrencyLimits):
             raise TypeError("limits must be a queuestore.ConcurrencyLimits")
+        if self.timeout_grace < timedelta(0):
+            raise ValueError("timeout_grace must be zero or more")
         if self.heartbeat_interval >= self.lease:
             raise ValueError("heartbeat_interval must be shorter than the lease")
         if not timedelta(0) < self.ack_after < self.lease:

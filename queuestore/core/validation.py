@@ -78,6 +78,7 @@ NAME_PATTERN: Final = r"^[^\s\x00-\x1f\x7f-\x9f]+$"
 r"""A job name: no whitespace or control characters (C0 and C1). C1's U+0085 is
 named too, though Python's ``\s`` covers it: JSON Schema's (ECMA-262) does not."""
 _NAME = re.compile(NAME_PATTERN)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def task_id(value: object, field: str = "task_id") -> str:
@@ -95,6 +96,19 @@ def name(value: object) -> str:
         raise InvalidTaskData(f"must be at most {MAX_NAME_LENGTH} characters", field="name")
     if not _NAME.match(value):
         raise InvalidTaskData("must not contain whitespace or control characters", field="name")
+    return value
+
+
+def step_name(value: object, field: str = "step") -> str:
+    """A step's name: 1 to 200 characters, no control characters (spaces allowed)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidTaskData("a step's name must be a non-empty string", field=field)
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidTaskData(
+            f"a step's name must be at most {MAX_NAME_LENGTH} characters", field=field
+        )
+    if _CONTROL.search(value):
+        raise InvalidTaskData("a step's name must not contain control characters", field=field)
     return value
 
 
@@ -221,6 +235,25 @@ def ttl(value: object) -> timedelta | None:
     if not isinstance(value, timedelta) or value < timedelta(0):
         raise InvalidTaskData("must be a non-negative timedelta or None", field="ttl")
     return value - value % _MILLISECOND
+
+
+def timeout(value: object, field: str = "timeout") -> timedelta | None:
+    """How long a run may take: a positive timedelta (cut to whole milliseconds), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta) or value < _MILLISECOND:
+        raise InvalidTaskData("must be a timedelta of a millisecond or more, or None", field=field)
+    return value - value % _MILLISECOND
+
+
+def instant(value: object, field: str) -> datetime | None:
+    """An optional timezone-aware time, kept in UTC."""
+    if value is None:
+        return None
+    try:
+        return aware(value, field).astimezone(UTC)
+    except OverflowError:
+        raise InvalidTaskData("must be a time Python can hold in UTC", field=field) from None
 
 
 def aware(value: object, field: str) -> datetime:

@@ -47,6 +47,24 @@ class TaskView(BaseModel):
     traceparent: str | None = Field(
         None, description="The W3C trace context of its submit, when traces are on."
     )
+    parent_id: str | None = Field(
+        None, description="The task whose job spawned this one as a child; null: a root task."
+    )
+    spawn_key: str | None = Field(None, description="Its key among its parent's children.")
+    depth: int = Field(0, description="How many parents it has above it: 0 for a root task.")
+    waits_on: list[str] | None = Field(
+        None,
+        description="While its job waits for child tasks (working, no worker held): their "
+        "ids, or [] for every child; null otherwise.",
+    )
+    start_by: datetime | None = Field(None, description="Not started by then, it never runs.")
+    deadline_at: datetime | None = Field(None, description="Still live then, it fails.")
+    run_timeout: float | None = Field(
+        None, description="Seconds each run may take (null: the job's own timeout)."
+    )
+    run_deadline_at: datetime | None = Field(
+        None, description="When the current (or last) run had to end."
+    )
 
     @classmethod
     def of(cls, task: Task) -> TaskView:
@@ -76,6 +94,14 @@ class TaskView(BaseModel):
             attempt=task.attempt,
             version=task.version,
             traceparent=task.traceparent,
+            parent_id=task.parent_id,
+            spawn_key=task.spawn_key,
+            depth=task.depth,
+            waits_on=task.waits_on,
+            start_by=task.start_by,
+            deadline_at=task.deadline_at,
+            run_timeout=None if task.run_timeout is None else task.run_timeout.total_seconds(),
+            run_deadline_at=task.run_deadline_at,
         )
 
 

@@ -81,6 +81,9 @@ def is_replay(task: Task, request: CreateTask) -> bool:
         and _same_start(task, request)
         and task.unique_key == request.unique_key
         and task.priority == request.priority
+        and task.start_by == request.start_by
+        and task.deadline_at == request.deadline
+        and _same_ttl(task.run_timeout, request.timeout)
     )
 
 

@@ -29,6 +29,7 @@ from pydantic import (
 
 from queuestore import Job
 from queuestore.core.callbacks import CallbackEvents, CallbackRequest
+from queuestore.core.models import Step, StepKind, StepStatus, TaskError
 from queuestore.core.urls import MAX_URL_LENGTH
 from queuestore.core.validation import NAME_PATTERN
 from queuestore.core.views import DeliveryView, TaskView
@@ -267,6 +268,23 @@ class CreateTask(_Body):
         description="Send the task's status changes to this URL, from its creation on "
         "(GET /tasks/{task_id}/deliveries shows each).",
     )
+    start_by: Instant | None = Field(
+        None,
+        description="If the job has not started by then, it never runs: the task fails "
+        "with DeadlineExpired.",
+    )
+    deadline: Instant | None = Field(
+        None,
+        description="If the task (or a child of it) is still live then, it fails with "
+        "DeadlineExceeded.",
+    )
+    timeout: float | None = Field(
+        None,
+        ge=0.001,
+        le=MAX_SECONDS,
+        description="Seconds each run may take, in place of the job's own timeout; a run "
+        "past it fails with RunTimedOut.",
+    )
 
 
 class CancelTask(_Body):
@@ -281,6 +299,31 @@ class ResumeTask(_Body):
     """The answer to a task waiting in ``input_required``."""
 
     answer: JsonDocument = Field(description="Handed to the job's request_input call.")
+
+
+class StepView(BaseModel):
+    """A named step (or durable sleep) of a task's job, as a run recorded it."""
+
+    name: str
+    kind: StepKind = Field(description="step, or sleep (its result holds the wake time).")
+    status: StepStatus = Field(description="completed (with a result) or failed (an error).")
+    result: JsonValue = Field(description="What the step returned; every later run gets it.")
+    error: TaskError | None
+    attempt: int = Field(description="The task's run that recorded it.")
+    tries: int = Field(description="How many runs recorded it: its failures and the last.")
+    started_at: datetime
+    finished_at: datetime
+
+    @classmethod
+    def of(cls, step: Step) -> StepView:
+        """The public view of ``step``."""
+        return cls.model_validate(step.model_dump())
+
+
+class StepList(BaseModel):
+    """A task's steps, oldest first."""
+
+    steps: list[StepView]
 
 
 class TaskList(BaseModel):

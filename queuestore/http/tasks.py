@@ -34,9 +34,12 @@ from queuestore.http.schemas import (
     JobRunning,
     ResumeTask,
     Running,
+    StepList,
+    StepView,
     TaskList,
 )
 from queuestore.http.service import Principal, Service, ServiceDep
+from queuestore.store import UNSET
 
 router = APIRouter(prefix="/tasks", tags=["tasks"], route_class=JsonRoute)
 
@@ -137,6 +140,9 @@ def submission(body: CreateTask, *, owner: str | None, task_id: str | None) -> d
         "unique_key": body.unique_key,
         "priority": body.priority,
         "callback": None if body.callback is None else body.callback.request(),
+        "start_by": body.start_by,
+        "deadline": body.deadline,
+        "timeout": None if body.timeout is None else timedelta(seconds=body.timeout),
     }
 
 
@@ -207,6 +213,19 @@ async def list_tasks(
     total: Annotated[
         bool, Query(description="Also count the tasks the filters match (one more query).")
     ] = False,
+    parent_id: Annotated[
+        str | None,
+        Query(
+            description="Only the child tasks of this task.",
+            min_length=1,
+            max_length=64,
+            pattern=TASK_ID_PATTERN.pattern,
+        ),
+    ] = None,
+    root: Annotated[
+        bool,
+        Query(description="Only root tasks (no parent): with parent_id, none (filters add up)."),
+    ] = False,
 ) -> TaskList:
     """The caller's tasks (an admin's: every owner's), newest first, one page at a time
     (keyset cursors); 401 anonymous, 403 ``forbidden`` for another owner's."""
@@ -218,7 +237,10 @@ async def list_tasks(
         "updated_after": updated_after,
         "created_after": created_after,
         "created_before": created_before,
+        "parent_id": None if root else UNSET if parent_id is None else parent_id,
     }
+    if root and parent_id is not None:  # no task is a root and a child
+        return TaskList(tasks=[], next_cursor=None, total=0 if total else None)
     page = await service.store.list(**filters, limit=limit, cursor=cursor)
     if page.next_cursor is not None:
         following = request.url.include_query_params(cursor=page.next_cursor)
@@ -332,6 +354,13 @@ async def resubmit_task(
     service.audit(principal, "resubmitted", task_id=task_id, new_task_id=task.id, owner=task.owner)
     response.headers["Location"] = str(request.url_for("get_task", task_id=task.id))
     return TaskView.of(task)
+
+
+@router.get("/{task_id}/steps", responses=responses(401, 404, 422, 503))
+async def list_steps(task_id: TaskId, principal: Principal, service: ServiceDep) -> StepList:
+    """The named steps and durable sleeps the task's runs recorded, oldest first."""
+    found = await service.store.steps(task_id, owner=principal)
+    return StepList(steps=[StepView.of(step) for step in found])
 
 
 @router.get("/{task_id}/deliveries", responses=responses(401, 404, 422, 503))

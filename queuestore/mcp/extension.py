@@ -144,7 +144,11 @@ class TasksExtension(Extension):
     async def list(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
     ) -> dict[str, Any]:
-        """``tasks/list``: the caller's tasks, newest first, on the store's keyset cursors."""
+        """``tasks/list``: the caller's tasks, newest first, on the store's keyset cursors.
+
+        Root tasks only: the tasks the client created, not the child tasks their
+        jobs spawned (each readable by ``tasks/get``).
+        """
         if self._era(ctx):
             raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
         with wire.json_rpc_errors():
@@ -152,6 +156,7 @@ class TasksExtension(Extension):
                 owner=self.tasks.principal(),
                 limit=self.tasks.settings.page_size,
                 cursor=params.cursor,
+                parent_id=None,
             )
         listed: dict[str, Any] = {
             "tasks": [wire.legacy_task(task, self._poll_ms) for task in page.tasks]

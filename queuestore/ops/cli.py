@@ -264,10 +264,18 @@ def tasks_list(
     cursor: Annotated[
         str | None, typer.Option(metavar="CURSOR", help="The next page, as a listing gave it.")
     ] = None,
+    parent: Annotated[
+        str | None, typer.Option(metavar="TASK_ID", help="Only the child tasks of this task.")
+    ] = None,
+    roots: Annotated[bool, typer.Option("--roots", help="Only root tasks (no parent).")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List tasks, newest first."""
     from queuestore.ops.presentation import task_table
+    from queuestore.store import UNSET
+
+    if parent is not None and roots:
+        _fail("give --parent or --roots, not both", 2)
 
     with _reporting():
         settings = _settings(url)
@@ -278,6 +286,7 @@ def tasks_list(
             context_id=context,
             limit=limit,
             cursor=cursor,
+            parent_id=None if roots else UNSET if parent is None else parent,
         )
     if as_json:
         _print_json({"tasks": [_task_json(t) for t in page.tasks], "next_cursor": page.next_cursor})
@@ -389,15 +398,27 @@ def tasks_show(
     owner: OwnerOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Print one task: a field a line, or with --json the HTTP API's view of it."""
-    with _reporting():
-        task = _store(url).get(task_id, owner=_owner(owner))
-    if as_json:
-        _print_json(_task_json(task))
-    else:
-        from queuestore.ops.presentation import task_details
+    """Print one task: a field a line, its steps and children; or with --json the HTTP
+    API's view of it (its steps: GET /tasks/{id}/steps)."""
+    from queuestore.core.models import LIVE
 
-        _console().print(task_details(task))
+    with _reporting():
+        store = _store(url)
+        task = store.get(task_id, owner=_owner(owner))
+        if as_json:
+            _print_json(_task_json(task))
+            return
+        steps = store.steps(task.id, owner=_owner(owner))
+        children = store.count(parent_id=task.id, owner=_owner(owner))
+        live = store.count(parent_id=task.id, owner=_owner(owner), status=LIVE) if children else 0
+    from queuestore.ops.presentation import step_table, task_details
+
+    console = _console()
+    console.print(task_details(task))
+    if steps:
+        console.print(step_table(steps))
+    if children:
+        console.print(f"children: {children} ({live} live): tasks list --parent {task.id}")
 
 
 @tasks.command("watch")
@@ -592,6 +613,25 @@ def tasks_submit(
             help="Which changes the callback gets: the end only, or every status.",
         ),
     ] = "terminal",
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SECONDS", help="How long each run may take: seconds, or ISO 8601 (PT5M)."
+        ),
+    ] = None,
+    start_by: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TIME",
+            help="Not started by this time (ISO 8601, with an offset), it never runs.",
+        ),
+    ] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TIME", help="Still live at this time (ISO 8601, with an offset), it fails."
+        ),
+    ] = None,
     celery_app: AppOption = "workers",
     as_json: JsonOption = False,
 ) -> None:
@@ -604,6 +644,7 @@ def tasks_submit(
     from queuestore.submit.queue import TaskQueue
 
     arguments = _submission(input, delay, at)
+    arguments |= _deadlines(timeout, start_by, deadline)
     with _reporting():
         settings = _settings(url)
         queue = TaskQueue(
@@ -653,8 +694,6 @@ def _statuses(values: list[str], option: str) -> frozenset[TaskStatus]:
 
 def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]:
     """``submit``'s input and start from the command's texts; a usage error when bad."""
-    from datetime import datetime
-
     from pydantic import TypeAdapter, ValidationError
 
     from queuestore.config import Duration
@@ -675,12 +714,39 @@ def _submission(input: str, delay: str | None, at: str | None) -> dict[str, Any]
         except ValidationError:
             _fail(f"--delay: {delay!r} is not a duration: give seconds (90) or ISO 8601 (PT5M)", 2)
     if at is not None:
+        arguments["run_at"] = _instant("--at", at)
+    return arguments
+
+
+def _instant(option: str, text: str) -> Any:
+    """The aware time ``text`` names; a usage error naming ``option`` when it is not one."""
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        _fail(f"{option}: {text!r} is not an ISO 8601 time, e.g. 2026-12-08T02:00:00+01:00", 2)
+    if moment.tzinfo is None:
+        _fail(f"{option}: {text!r} has no offset: add one, e.g. {text}Z for UTC or {text}+01:00", 2)
+    return moment
+
+
+def _deadlines(timeout: str | None, start_by: str | None, deadline: str | None) -> dict[str, Any]:
+    """``submit``'s deadlines from the command's texts; a usage error when bad."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from queuestore.config import Duration
+
+    arguments: dict[str, Any] = {}
+    if timeout is not None:
         try:
-            arguments["run_at"] = datetime.fromisoformat(at)
-        except ValueError:
-            _fail(f"--at: {at!r} is not an ISO 8601 time, e.g. 2026-12-08T02:00:00+01:00", 2)
-        if arguments["run_at"].tzinfo is None:
-            _fail(f"--at: {at!r} has no offset: add one, e.g. {at}Z for UTC or {at}+01:00", 2)
+            arguments["timeout"] = TypeAdapter(Duration).validate_python(timeout)
+        except ValidationError:
+            _fail(f"--timeout: {timeout!r} is not a duration: seconds (90) or ISO 8601 (PT5M)", 2)
+    if start_by is not None:
+        arguments["start_by"] = _instant("--start-by", start_by)
+    if deadline is not None:
+        arguments["deadline"] = _instant("--deadline", deadline)
     return arguments
 
 

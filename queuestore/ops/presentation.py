@@ -22,7 +22,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from queuestore.core.callbacks import Delivery
-from queuestore.core.models import Task, TaskStatus
+from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.views import TaskView
 
 _STATUS_COLOURS = {
@@ -417,3 +417,22 @@ class TaskWatchView:
 def _short(value: str, width: int) -> str:
     value = " ".join(value.split())
     return value if len(value) <= width else value[: width - 1] + "…"
+
+
+def step_table(steps: list[Step]) -> Table:
+    """A table of a task's named steps: what each came to, in which run, how long it took."""
+    table = Table(title="steps", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in ("name", "kind", "status", "run", "tries", "took", "error"):
+        table.add_column(column, justify="right" if column in ("run", "tries", "took") else "left")
+    for step in steps:
+        took = (step.finished_at - step.started_at).total_seconds()
+        table.add_row(
+            _cell(step.name),
+            step.kind.value,
+            _cell(step.status.value, "green" if step.status.value == "completed" else "red"),
+            str(step.attempt),
+            str(step.tries),
+            f"{took:.3f}s",
+            _cell("" if step.error is None else step.error.type),
+        )
+    return table

@@ -13,13 +13,14 @@ covers Celery and kombu bugs as a worker starts. It never imports the callers' s
 
 from queuestore.run.context import InputRequested, TaskContext
 from queuestore.run.jobs import Job, execute, job, registered_job, registered_names
-from queuestore.run.lease import JobCancelled, Run
+from queuestore.run.lease import JobCancelled, Run, RunTimedOut
 
 __all__ = [
     "InputRequested",
     "Job",
     "JobCancelled",
     "Run",
+    "RunTimedOut",
     "TaskContext",
     "execute",
     "job",

@@ -6,16 +6,22 @@ what the job reports, and the run batches it (see :mod:`queuestore.run.lease`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, ParamSpec
 
 from pydantic import JsonValue
 
 from queuestore.core import validation as check
+from queuestore.core.errors import InvalidTaskData
 from queuestore.core.models import Artifact, Task
+from queuestore.run.children import Children, FindJob, spawn_arguments
 from queuestore.run.lease import JobCancelled, Run
+from queuestore.run.steps import StepLog
+from queuestore.run.suspend import Suspended
 from queuestore.store.backend import UNSET, Unset
+
+P = ParamSpec("P")
 
 __all__ = ["InputRequested", "JobCancelled", "Suspended", "TaskContext"]
 
@@ -26,19 +32,6 @@ class InputRequested(BaseException):
     def __init__(self, prompt: str) -> None:
         super().__init__(prompt)
         self.prompt = prompt
-
-
-class Suspended(BaseException):
-    """Ends the current run to wait until ``until``; the job runs again from the start then.
-
-    The task stays ``working`` with no worker slot and no broker message held
-    (``TaskStore.suspend``); ``message`` becomes its status message meanwhile.
-    """
-
-    def __init__(self, until: datetime, message: str) -> None:
-        super().__init__(message)
-        self.until = until
-        self.message = message
 
 
 class TaskContext:
@@ -56,9 +49,11 @@ class TaskContext:
     report or :meth:`raise_if_cancelled` raises :class:`JobCancelled`.
     """
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, *, find_job: FindJob | None = None) -> None:
         self._run = run
         self._questions = 0
+        self._steps = StepLog(run)
+        self._children = Children(run, self._steps, find_job)
 
     @property
     def task(self) -> Task:
@@ -82,6 +77,16 @@ class TaskContext:
         return self._run.task.attempt
 
     @property
+    def parent_id(self) -> str | None:
+        """The task whose run spawned this one; None for a root task."""
+        return self._run.task.parent_id
+
+    @property
+    def run_started_at(self) -> datetime:
+        """When this run's claim took the task, on the store's clock."""
+        return self._run.claimed_at
+
+    @property
     def cancelled(self) -> bool:
         """Whether the task was cancelled (or taken from this run) as far as this run knows."""
         return self._run.stopped
@@ -93,7 +98,7 @@ class TaskContext:
             JobCancelled: the task was cancelled or its lease lost.
         """
         if self._run.stopped:
-            raise JobCancelled(self.task_id)
+            raise self._run.stopped_error()
 
     def progress(self, fraction: float | None, message: str | Unset | None = UNSET) -> None:
         """Report how far the job got (0..1), optionally with a status message.
@@ -132,6 +137,136 @@ class TaskContext:
         self.raise_if_cancelled()
         self._run.flush()
 
+    def step(
+        self, name: str, body: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> JsonValue:
+        """Run ``body(*args, **kwargs)`` as the named step ``name``, once for the task.
+
+        When the body returns, its result (JSON, within the store's payload
+        limit) is recorded under the task and ``name``, fenced by this run's
+        lease, and returned as stored. Any later run of the task -- after a
+        crash, a retry, an answer, a sleep or a wait for children -- gets that
+        result without calling the body. A body that raises has its error
+        recorded and the exception goes on; the next run runs it again.
+
+        A step's body runs at least once; its recorded result exists exactly
+        once. Steps are keyed by name, not by the order of the calls: give
+        each call in a run its own name (a name used twice in one run is
+        refused), and keep a name for the same work across deploys. Steps may
+        nest; a sleep, a wait or a question inside a step's body is refused.
+
+        Raises:
+            InvalidTaskData: a bad or reused name, or a result the store refuses.
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        return self._steps.run(name, body, *args, **kwargs)
+
+    def sleep(self, name: str, duration: timedelta | float) -> None:
+        """Sleep ``duration`` (a timedelta, or seconds) without holding a worker.
+
+        The first call of ``name`` records its wake time and ends the run: the
+        task stays ``working`` with no worker slot and no broker message held,
+        and the store runs the job again at that time (the sweep publishes it,
+        as for ``run_at``). That run passes this call at once, with finished
+        steps skipped. A cancel meanwhile means it never wakes. Sleeps are
+        named like steps (one name per sleep of the job); a duration of zero
+        or less returns at once.
+
+        Raises:
+            InvalidTaskData: a bad duration, or a bad or reused name.
+        """
+        if isinstance(duration, int | float) and not isinstance(duration, bool):
+            duration = timedelta(seconds=duration)
+        if not isinstance(duration, timedelta):
+            raise InvalidTaskData("must be a timedelta or a number of seconds", field="duration")
+        if duration <= timedelta(0):
+            return
+        self._steps.sleep(name, lambda now: now + duration)
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """Sleep until ``when`` (timezone-aware) without holding a worker; see :meth:`sleep`.
+
+        Raises:
+            InvalidTaskData: a naive ``when``, or a bad or reused name.
+        """
+        until = check.aware(when, "when").astimezone(UTC)
+        self._steps.sleep(name, lambda _: until)
+
+    def spawn(
+        self,
+        job: Any,
+        input: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        timeout: timedelta | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        priority: int | None = None,
+        context_id: str | None = None,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """Start a child task running ``job`` (a :class:`~queuestore.Job` or its name).
+
+        The child is a task of its own (``parent_id`` is this task's), owned
+        by this task's owner; its context, ttl and priority default to this
+        task's, and its deadlines are no later than this task's ``deadline``.
+        ``key`` names it among this task's children -- by default its job and
+        input, so the same work is one child: a run that spawns again after a
+        crash, a sleep or a wait gets the child it started, and starts nothing
+        twice. Give distinct keys to run the same job and input twice.
+
+        Raises:
+            InvalidTaskData: bad arguments, input the registered job cannot take,
+                or a tree deeper than the queue allows.
+            JobCancelled: the task was cancelled or its lease lost.
+        """
+        child = spawn_arguments(
+            job,
+            input,
+            key=key,
+            timeout=timeout,
+            start_by=start_by,
+            deadline=deadline,
+            priority=priority,
+            context_id=context_id,
+            ttl=ttl,
+            metadata=metadata,
+        )
+        return self._children.spawn_many([child])[0]
+
+    def spawn_many(self, children: Iterable[Mapping[str, Any]]) -> list[Task]:
+        """:meth:`spawn` for many children, in one transaction: each a mapping of its
+        arguments (``job`` required). Returns them in the order given."""
+        return self._children.spawn_many(children)
+
+    def children(self) -> list[Task]:
+        """This task's children, oldest first, as the store holds them now."""
+        return self._children.all()
+
+    def wait(self, children: Iterable[Task | str] | None = None) -> list[Task]:
+        """Wait until ``children`` (tasks or ids; None: every child) have all ended.
+
+        When they have, they are returned in the order given (every child
+        oldest first) with their status, result or error. Until then this ends
+        the run without holding a worker slot: the task stays ``working``,
+        parked, and runs again from the start when the last of them ends
+        (steps, sleeps and children done are not repeated); this call then
+        returns them at once.
+
+        Raises:
+            InvalidTaskData: a task that is not a child of this one.
+        """
+        return self._children.wait(children)
+
+    def wait_results(self, children: Iterable[Task | str] | None = None) -> list[JsonValue]:
+        """:meth:`wait`, then the children's results in the same order.
+
+        Raises:
+            ChildFailed: a child did not complete (the first such, in order).
+        """
+        return self._children.results(children)
+
     def request_input(self, prompt: str) -> JsonValue:
         """Ask the caller a question and return the answer.
 
@@ -141,6 +276,7 @@ class TaskContext:
         returns the answer. A job may ask several questions: each call returns
         the answer to the question asked at the same point.
         """
+        self._steps.refuse_inside_a_step("request_input")
         index = self._questions
         self._questions += 1
         if index < len(self._run.task.answers):

@@ -8,6 +8,7 @@ tasks it runs at each beat, until a clean shutdown removes it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -21,6 +22,7 @@ from celery import Celery
 from queuestore.broker.publisher import Publisher
 from queuestore.core.errors import QueueStoreError, TaskNotFound
 from queuestore.core.watch import Listener
+from queuestore.run import timeouts
 from queuestore.run.lease import Run
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,8 @@ class Heartbeat:
     It extends each lease every ``heartbeat_interval`` and, between beats,
     listens for runs stopped from outside (a cancel) so that the job hears of
     it at once; it is not woken by other tasks' completions. While jobs run it
-    also writes their reports every ``report_interval``.
+    also writes their reports every ``report_interval``, and times out the
+    runs that pass their deadlines (:mod:`queuestore.run.timeouts`).
     """
 
     def __init__(self, publisher: Publisher) -> None:
@@ -121,11 +124,24 @@ class Heartbeat:
                 for run in running:
                     run.write_if_due(now)
                 wake = min(wake, time.monotonic() + report_every)
+            wake = min(wake, self._watch(running))
             for task_id, _status in listen(max(wake - time.monotonic(), 0.0)):
                 with self._lock:
                     stopped = self._running.get(task_id)
                 if stopped is not None:
                     stopped.stop()
+
+    @staticmethod
+    def _watch(running: list[Run]) -> float:
+        """Time out the runs past their deadlines; when the next one is due."""
+        now = time.monotonic()
+        wake = math.inf
+        for run in running:
+            timeouts.watch(run, now)
+            due = timeouts.next_wake(run)
+            if due is not None:
+                wake = min(wake, due)
+        return wake
 
     def _beat(self) -> None:
         with self._lock:

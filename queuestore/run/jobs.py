@@ -19,10 +19,11 @@ import logging
 import os
 import secrets
 import socket
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import Celery
@@ -30,6 +31,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from queuestore.broker.publisher import Publisher
 from queuestore.core import tracing
+from queuestore.core import validation as check
 from queuestore.core.errors import (
     InvalidTaskData,
     InvalidTransition,
@@ -45,13 +47,15 @@ from queuestore.run.context import InputRequested, Suspended, TaskContext
 from queuestore.run.heartbeat import Heartbeat, beat_from_start
 from queuestore.run.inputs import JobInput
 from queuestore.run.interrupts import interrupts
-from queuestore.run.lease import JobCancelled, Run, riding_out_outages
+from queuestore.run.lease import JobCancelled, Run, RunTimedOut, riding_out_outages
+from queuestore.run.steps import error_of
 from queuestore.store.pending import is_pending
 
 __all__ = [
     "InputRequested",
     "Job",
     "JobCancelled",
+    "RunTimedOut",
     "TaskContext",
     "execute",
     "job",
@@ -76,6 +80,8 @@ class Job:
     celery_task: Any = field(repr=False)
     retry: Retry | None = None
     """Its retry policy: which errors run it again (see :class:`queuestore.Retry`)."""
+    timeout: timedelta | None = None
+    """How long each run may take, unless the task gives its own (``submit(timeout=...)``)."""
     input: JobInput = field(init=False, repr=False, compare=False)
     """What its function takes: its parameters' names, annotations and defaults."""
 
@@ -120,7 +126,12 @@ def registered_jobs(app: Celery) -> dict[str, Job]:
 
 
 def job(
-    app: Celery, *, name: str | None = None, retry: Retry | None = None, **celery_options: Any
+    app: Celery,
+    *,
+    name: str | None = None,
+    retry: Retry | None = None,
+    timeout: timedelta | None = None,
+    **celery_options: Any,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register ``function(ctx, **input)`` as a job named ``name`` on ``app``.
 
@@ -138,6 +149,9 @@ def job(
             ``module.function``.
         retry: which errors run the job again, how often and after what wait
             (:class:`~queuestore.core.retries.Retry`); by default an error fails the task.
+        timeout: how long each run may take; a task's own (``submit(timeout=...)``)
+            wins. The store fails a run past it with ``RunTimedOut``, in every
+            pool, and the job is interrupted (:mod:`queuestore.run.timeouts`).
         **celery_options: passed to ``app.task`` (``queue``, ``time_limit``...).
     """
 
@@ -169,7 +183,7 @@ def job(
         celery_task = app.task(name=job_name, bind=True, **options)(run)
         if retry is not None and not isinstance(retry, Retry):
             raise TypeError("retry must be a queuestore.Retry")
-        registered = Job(job_name, function, celery_task, retry)
+        registered = Job(job_name, function, celery_task, retry, check.timeout(timeout))
         register_job(app, registered)
         hold.install(app)
         return registered
@@ -220,7 +234,11 @@ def _execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None
         worker_id = new_worker_id()
         with tracing.child("queuestore.claim"):
             task = publisher.store.claim(
-                task_id, worker_id, publisher.options.lease, limits=publisher.options.limits
+                task_id,
+                worker_id,
+                publisher.options.lease,
+                limits=publisher.options.limits,
+                timeout=registered.timeout,
             )
         if task is None:
             ran_nothing(task_id)  # Celery's "succeeded" line would say it ran
@@ -231,8 +249,7 @@ def _execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None
         heartbeat.add(run)
         hold.claimed(task_id)
     try:
-        with interrupts.running(lambda: run.stopped):
-            outcome = _call(registered, run)
+        outcome = _interrupted_call(registered, run)
     finally:
         with interrupts.deferred(then_raise=False):
             heartbeat.discard(run)
@@ -247,8 +264,41 @@ def _execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None
                 left = _record_retry(run, outcome, policy)
             else:
                 left = _record(run, outcome)
-        _hand_off(publisher, run.task)
+            if run.stopped and _past_deadline(run):
+                left = _released(run)
+        _hand_off(publisher, run.task if left is None else left)
+        if left is not None and left.parent_id is not None:
+            _wake_parent(publisher, left)
         return left
+
+
+def _interrupted_call(registered: Job, run: Run) -> _Outcome:
+    """:func:`_call` in a block a time-out may interrupt; an interrupt that lands after
+    the job returned, before the block closed, is a stopped run too."""
+    try:
+        with interrupts.running(lambda: run.stopped, run):
+            return _call(registered, run)
+    except RunTimedOut:
+        return _Outcome(None)
+
+
+def _past_deadline(run: Run) -> bool:
+    """Whether the run passed its deadline: the store may have failed it holding its slot."""
+    return run.timed_out or (run.deadline is not None and time.monotonic() >= run.deadline)
+
+
+def _released(run: Run) -> Task | None:
+    """After a run stopped from outside (a cancel, a time-out): free the slot a time-out
+    keeps held, and read the task as it ended."""
+    store = run.publisher.store
+    try:
+        store.release_held(run.task_id, run.worker_id)
+        return store.get(run.task_id)
+    except TaskNotFound:
+        return None
+    except StoreUnavailable as exc:  # the reaper frees it after the grace
+        log.warning("task %s: its stopped run's slot is not freed (%s)", run.task_id, exc)
+        return None
 
 
 def _after_refusal(publisher: Publisher, task_id: str) -> None:
@@ -302,6 +352,14 @@ def _hand_off(publisher: Publisher, ended: Task) -> None:
         log.warning("the slot of task %s is not handed on (%s); the sweep will", ended.id, exc)
 
 
+def _wake_parent(publisher: Publisher, ended: Task) -> None:
+    """Wake the parent parked on the child ``ended``; in a store outage the sweep does."""
+    try:
+        publisher.wake_parents([ended])
+    except StoreUnavailable as exc:
+        log.warning("the parent of task %s is not woken (%s); the sweep will", ended.id, exc)
+
+
 @dataclass(frozen=True)
 class _Outcome:
     status: TaskStatus | None
@@ -322,7 +380,9 @@ def _call(registered: Job, run: Run) -> _Outcome:
             TaskStatus.FAILED, {"error": TaskError(type="InvalidTaskData", message=str(exc))}
         )
     try:
-        value = registered.function(TaskContext(run), **arguments)
+        app = run.publisher.app
+        context = TaskContext(run, find_job=lambda name: registered_job(app, name))
+        value = registered.function(context, **arguments)
     except JobCancelled:
         return _Outcome(None)
     except InputRequested as request:
@@ -341,15 +401,7 @@ def _call(registered: Job, run: Run) -> _Outcome:
 
 
 def _failure(exc: BaseException) -> _Outcome:
-    kind = type(exc)
-    qualified = (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else (f"{kind.__module__}.{kind.__qualname__}")
-    )
-    # The message is the job's text: keep it storable (PostgreSQL refuses NUL).
-    error = TaskError(type=qualified, message=str(exc).replace("\x00", "\ufffd")[:10_000])
-    return _Outcome(TaskStatus.FAILED, {"error": error}, raised=exc)
+    return _Outcome(TaskStatus.FAILED, {"error": error_of(exc)}, raised=exc)
 
 
 def _was_taken(run: Run) -> bool:
@@ -410,26 +462,34 @@ def _record_retry(run: Run, outcome: _Outcome, policy: Retry) -> Task | None:
 def _record_suspend(run: Run, suspended: Suspended) -> Task | None:
     """End the run to wait: the reports first, then the wait (``TaskStore.suspend``).
 
-    The next run is published with a countdown when it starts within the
-    queue's ``schedule_ahead``, as for a retry; otherwise the sweep publishes it.
+    A wait for a time is published with a countdown when it ends within the
+    queue's ``schedule_ahead``, as for a retry; otherwise the sweep publishes
+    it. A wait for children that all ended meanwhile (the store refuses the
+    park) ends the run as a wait for now: the next run finds them ended.
     """
 
-    def write() -> Task:
+    def write() -> Task | None:
         run.write()
         return run.publisher.store.suspend(
             run.task_id,
             run.worker_id,
             until=suspended.until,
             message=suspended.message,
+            waits_on=suspended.waits_on,
             known=run.task,
         )
 
     try:
         task = riding_out_outages(write, run.task_id)
+        if task is None:  # nothing it waits for is live any more
+            suspended = Suspended(datetime.now(UTC), suspended.message)
+            task = riding_out_outages(write, run.task_id)
     except (InvalidTaskData, InvalidTransition, LeaseLost, TaskNotFound) as exc:
         log.info("task %s changed under its run (%s); suspend dropped", run.task_id, exc)
         return None
-    if suspended.until - datetime.now(UTC) <= run.publisher.options.schedule_ahead:
+    assert task is not None  # a wait for a time is never refused without an error
+    until = suspended.until
+    if until is not None and until - datetime.now(UTC) <= run.publisher.options.schedule_ahead:
         run.publisher.try_publish(task)
     return task
 

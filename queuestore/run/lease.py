@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from queuestore.broker.publisher import Publisher
@@ -44,6 +45,16 @@ class JobCancelled(BaseException):
     """
 
 
+class RunTimedOut(JobCancelled):
+    """Raised inside a job whose run passed its timeout (``@job(timeout=...)``, or
+    ``submit(timeout=...)``) or its task's deadline: the store failed the task.
+
+    A ``JobCancelled``: let it propagate. In every pool it is raised in the
+    job's thread even when the job never reports (a CPU-bound loop); a job
+    blocked in C sees it when the call returns.
+    """
+
+
 class Run:
     """One run of a job on a claimed task, shared by the job's thread and the heartbeat's.
 
@@ -66,7 +77,23 @@ class Run:
         self._refused: InvalidTaskData | None = None
         # One write at a time (the job's thread or the heartbeat's), in order.
         self._writing = threading.Lock()
-        self._written_at = time.monotonic()
+        self._written_at = self._claimed_monotonic = time.monotonic()
+        self.claimed_at = (
+            datetime.now(UTC)
+            if task.lease_expires_at is None
+            else task.lease_expires_at - publisher.options.lease
+        )
+        """When the claim took the task, on the store's clock (from the claim's row)."""
+        self.deadline: float | None = None
+        """When the run must end, on this process's monotonic clock (None: never)."""
+        if task.run_deadline_at is not None:
+            remaining = (task.run_deadline_at - self.claimed_at).total_seconds()
+            self.deadline = self._claimed_monotonic + remaining
+        self.thread_id = threading.get_ident()
+        """The thread that runs the job (the one that claimed the task)."""
+        self._timed_out = False
+        self.killed = False
+        """The worker gave up on the run's thread (past its deadline and the grace)."""
 
     @property
     def task(self) -> Task:
@@ -78,6 +105,11 @@ class Run:
         """The id of the task this run works on."""
         return self._task.id
 
+    def store_now(self) -> datetime:
+        """The store's clock now, as this run reckons it: its claim's time plus the
+        time elapsed since (a monotonic clock: no skew between the two machines)."""
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self._claimed_monotonic)
+
     # -- stopping -------------------------------------------------------
 
     @property
@@ -85,9 +117,19 @@ class Run:
         """Whether the task was cancelled (or taken from this run) as far as this run knows."""
         return self._stopped.is_set()
 
-    def stop(self) -> None:
+    @property
+    def timed_out(self) -> bool:
+        """Whether the run passed its deadline: its next report raises RunTimedOut."""
+        return self._timed_out
+
+    def stop(self, *, timed_out: bool = False) -> None:
         """Take note that the task is no longer this run's: its next report raises."""
+        self._timed_out = self._timed_out or timed_out
         self._stopped.set()
+
+    def stopped_error(self) -> JobCancelled:
+        """What a stopped run's next report raises."""
+        return RunTimedOut(self.task_id) if self._timed_out else JobCancelled(self.task_id)
 
     def observe(self, task: Task) -> None:
         """Take note of the task as read from the store; stop unless it is still this run's."""
@@ -106,7 +148,7 @@ class Run:
             InvalidTaskData: an earlier batch was refused (appended parts outgrew the limit).
         """
         if self.stopped:
-            raise JobCancelled(self.task_id)
+            raise self.stopped_error()
         refused = self.take_refused()
         if refused is not None:
             raise refused
@@ -135,7 +177,7 @@ class Run:
                 riding_out_outages(self.write, self.task_id)
         except (InvalidTransition, LeaseLost, TaskNotFound) as exc:
             self.stop()
-            raise JobCancelled(self.task_id) from exc
+            raise self.stopped_error() from exc
 
     def write(self, **outcome: Any) -> Task:
         """Write the reports not written yet, with ``outcome`` (status and values) if given.

@@ -30,6 +30,7 @@ from queuestore.core import validation as check
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorCodec, CursorKey
 from queuestore.core.errors import (
+    InvalidTaskData,
     InvalidTransition,
     LeaseLost,
     TaskConflict,
@@ -40,6 +41,9 @@ from queuestore.core.models import (
     PARKED,
     TERMINAL,
     Artifact,
+    Step,
+    StepKind,
+    StepStatus,
     Task,
     TaskError,
     TaskStatus,
@@ -65,6 +69,10 @@ Unset = Literal[_Unset.UNSET]
 
 _RACE_RETRIES: Final = 50
 
+ENDS_ITS_CHILDREN: Final = frozenset({TaskStatus.CANCELLED, TaskStatus.FAILED})
+"""A task that ends in one of these cancels its live descendants; a completed one does not
+(the children it did not wait for are work of their own)."""
+
 
 @dataclass(frozen=True, slots=True)
 class NewTask:
@@ -87,6 +95,12 @@ class NewTask:
     """From 0 to 9, the most urgent."""
     traceparent: str | None = None
     """The W3C trace context its runs continue."""
+    start_by: datetime | None = None
+    """Not claimed by then, it never runs."""
+    deadline_at: datetime | None = None
+    """Still live then, it fails."""
+    run_timeout: timedelta | None = None
+    """How long each run may take; None: its job's timeout."""
 
     def stamped(self, now: datetime) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
@@ -109,7 +123,14 @@ class NewTask:
             unique_key=self.unique_key,
             priority=self.priority,
             traceparent=self.traceparent,
+            start_by=self.start_by,
+            deadline_at=self.deadline_at,
+            run_timeout=self.run_timeout,
         )
+
+
+DeadlineKind = Literal["run", "held", "start_by", "deadline"]
+"""Which deadline :meth:`StoreBackend._past_deadlines` reads past."""
 
 
 def due_at(task: Task) -> datetime:
@@ -149,6 +170,14 @@ class Write:
         limits: with ``claim``, the concurrency limits the claim must keep:
             fewer running tasks (held by a worker) of the row's owner, and of
             its job, than the limits give them.
+        timeout: with ``claim``, the job's run timeout: the run must end by
+            ``run_deadline_at``, the clock plus the task's own ``run_timeout``
+            (else this), and no later than its ``deadline_at``. A claim is
+            refused past the task's ``start_by`` (unless it started before)
+            and past its ``deadline_at``.
+        hold: a terminal write to a run's task that keeps ``worker_id`` and
+            ``run_deadline_at``: the run may still be executing, so its slot
+            stays counted until :meth:`RunVerbs.release_held` (a time-out).
     """
 
     scope: OwnerScope
@@ -164,6 +193,61 @@ class Write:
     mark_finished: bool = False
     base: Task | None = None
     limits: ConcurrencyLimits | None = None
+    timeout: timedelta | None = None
+    hold: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NewChild:
+    """A validated child task to insert under the parent a run holds.
+
+    What is None here comes from the parent's row: ``context_id``, ``ttl`` and
+    ``priority`` are the parent's; the owner always is. ``start_by`` and
+    ``deadline_at`` are bounded by the parent's ``deadline_at``.
+    """
+
+    id: str
+    name: str
+    input: dict[str, JsonValue]
+    spawn_key: str
+    """Its key among its parent's children: a second spawn with it returns this child."""
+    context_id: str | None = None
+    ttl: timedelta | None = None
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
+    priority: int | None = None
+    run_at: datetime | None = None
+    start_by: datetime | None = None
+    deadline_at: datetime | None = None
+    run_timeout: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """How a named step of a run ended, checked, for the backend to record.
+
+    Attributes:
+        name: the step's name, its key within its task.
+        kind: a step or a sleep (whose ``result`` holds its wake time).
+        status: completed (with ``result``) or failed (with ``error``).
+        elapsed: how long its body ran; the record's ``started_at`` is that
+            long before its ``finished_at`` (the store's clock).
+    """
+
+    name: str
+    kind: StepKind
+    status: StepStatus
+    result: JsonValue = None
+    error: TaskError | None = None
+    elapsed: timedelta = timedelta(0)
+
+
+def held_by(worker_id: str) -> Write:
+    """The conditions of a run's own write: a working task its worker holds."""
+    return Write(
+        scope=OwnerScope(unscoped=True),
+        from_statuses=frozenset({TaskStatus.WORKING}),
+        fence=worker_id,
+    )
 
 
 class SweepFilter(NamedTuple):
@@ -203,6 +287,8 @@ class ListQuery:
     updated_after: datetime | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    parent: str | Unset | None = UNSET
+    """A task's children (its id), root tasks only (None), or any task (UNSET)."""
 
     def fingerprint(self) -> str:
         """A text that changes with any filter, binding cursors to their listing."""
@@ -212,9 +298,11 @@ class ListQuery:
             for instant in (self.updated_after, self.created_after, self.created_before)
         ]
         # JSON keeps the parts apart: filter values may contain any separator.
-        parts = [self.scope.fingerprint(), statuses, self.context_id, self.name, *times]
+        parts: list[Any] = [self.scope.fingerprint(), statuses, self.context_id, self.name, *times]
         if times[1:] == [None, None]:
             parts = parts[:-2]  # as before the creation filters: old cursors stay valid
+        if self.parent is not UNSET:
+            parts.append({"parent": self.parent})
         return json.dumps(parts, separators=(",", ":"))
 
 
@@ -245,12 +333,27 @@ class StoreBackend(ABC):
         if observer not in self._observers:
             self._observers = (*self._observers, observer)
 
-    def _observed(self, task: Task | None, write: Write) -> Task | None:
-        """Pass a committed status write on to the observers; return ``task``."""
+    def _observed(self, task: Task | None, write: Write, *, cascade: bool = True) -> Task | None:
+        """Pass a committed status write on to the observers; return ``task``.
+
+        A write that left the task cancelled or failed cancels its live
+        descendants (unless ``cascade`` is off: the caller does it).
+        """
         if task is not None and write.status is not None:
             for observer in self._observers:
                 observer.status_written(task, claimed=write.claim is not None)
+            if cascade and task.status in ENDS_ITS_CHILDREN:
+                self._cascade(task)
         return task
+
+    def _cascade(self, ended: Task) -> builtins.list[Task]:
+        """Cancel the live descendants of a task that ended cancelled or failed."""
+        reason = f"ended with task {ended.id} above it ({ended.status})"
+        cancelled = self._cancel_descendants(ended.id, reason)
+        for task in cancelled:
+            for observer in self._observers:
+                observer.status_written(task, claimed=False)
+        return cancelled
 
     # -- backend primitives -------------------------------------------------
 
@@ -351,6 +454,76 @@ class StoreBackend(ABC):
         last written (or, scheduled, due to start) ``older_than`` ago or earlier."""
 
     @abstractmethod
+    def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
+        """Record a step of the run ``worker_id`` holds on a ``working`` task, atomically.
+
+        A new name is inserted; a failed step of the same kind is replaced
+        (``tries`` + 1). None, writing nothing, when the task is not ``working``
+        under ``worker_id``, or when a step of that name is completed or of
+        another kind. The task's row is not written.
+        """
+
+    @abstractmethod
+    def _steps(self, task_id: str, scope: OwnerScope) -> builtins.list[Step] | None:
+        """The task's steps, oldest first by ``(finished_at, name)``; None if the task
+        is not visible in ``scope``."""
+
+    @abstractmethod
+    def _spawn(
+        self, parent_id: str, worker_id: str, children: Sequence[NewChild], max_depth: int
+    ) -> builtins.list[tuple[Task, bool]] | None:
+        """Insert ``children`` under the parent ``worker_id`` holds, in one transaction.
+
+        Each comes back with True when inserted, or as the child already
+        holding its key with False. None, writing nothing, when the parent is
+        not ``working`` under ``worker_id`` or is ``max_depth`` deep.
+
+        Raises:
+            InvalidTaskData: a key is held by a child of another job (nothing written).
+        """
+
+    @abstractmethod
+    def _park(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Sequence[str]
+    ) -> Task | None:
+        """End the run ``worker_id`` holds on a working task to wait for its children.
+
+        As a suspend with no start time, ``waits_on`` set. None, writing
+        nothing, unless the run holds the task and a child it waits for
+        (among ``waits_on``; ``[]``: any) is live.
+        """
+
+    @abstractmethod
+    def _wake(self, task_ids: Sequence[str] | None, limit: int) -> builtins.list[Task]:
+        """Wake parked tasks none of whose waited children is live: ``task_ids``, or (None)
+        up to ``limit`` of any, longest parked first. Woken: pending, unpublished."""
+
+    @abstractmethod
+    def _cancel_descendants(self, task_id: str, reason: str) -> builtins.list[Task]:
+        """Cancel every live descendant of the task, atomically; the tasks cancelled."""
+
+    @abstractmethod
+    def _orphans(self, limit: int) -> builtins.list[Task]:
+        """Live children of cancelled or failed parents (a cascade that did not run)."""
+
+    @abstractmethod
+    def _past_deadlines(
+        self, kind: DeadlineKind, now: datetime | None, limit: int, ago: timedelta = timedelta(0)
+    ) -> builtins.list[Task]:
+        """Up to ``limit`` tasks past a deadline ``ago`` before ``now`` (the clock if None),
+        soonest first.
+
+        ``run``: working runs past ``run_deadline_at``; ``held``: terminal tasks
+        still held by a run past its ``run_deadline_at``;
+        ``start_by``: submitted tasks never started past ``start_by``;
+        ``deadline``: live tasks no run holds past ``deadline_at``.
+        """
+
+    @abstractmethod
+    def _release_held(self, task_id: str, worker_id: str) -> bool:
+        """Free the slot a run that ended from outside held (no new version); whether it did."""
+
+    @abstractmethod
     def _now(self) -> datetime:
         """The store's clock: the database's where it has one."""
 
@@ -368,6 +541,18 @@ class StoreBackend(ABC):
         batch. A task at the version ``seen`` gives for its id, or an older one,
         is left out (the reader has it).
         """
+
+    def _insert_on(
+        self, connection: Any, news: Sequence[NewTask]
+    ) -> builtins.list[tuple[Task, bool]]:
+        """:meth:`_insert_many` on the caller's ``connection``, in the caller's transaction.
+
+        Raises:
+            InvalidTaskData: this store has no transaction to join (the default).
+        """
+        raise InvalidTaskData(
+            f"{type(self).__name__} has no transaction to join", field="connection"
+        )
 
     def _watch_tasks(self, task_ids: Collection[str], seconds: float) -> None:  # noqa: B027
         """Announce every write to ``task_ids`` for the next ``seconds``.
@@ -472,10 +657,10 @@ class StoreBackend(ABC):
                 result.append(new)
         return result
 
-    def _apply(self, task_id: str, write: Write) -> Task:
+    def _apply(self, task_id: str, write: Write, *, cascade: bool = True) -> Task:
         """Run a write, explaining a refusal with the error that fits the current row."""
         for _ in range(_RACE_RETRIES):
-            written = self._observed(self._write(task_id, write), write)
+            written = self._observed(self._write(task_id, write), write, cascade=cascade)
             if written is not None:
                 return written
             self._explain_refusal(task_id, write)

@@ -27,6 +27,7 @@ from queuestore.core.models import (
     LIVE,
     PARKED,
     Artifact,
+    Step,
     Task,
     TaskError,
     TaskPage,
@@ -43,6 +44,7 @@ from queuestore.store.backend import (
     Write,
 )
 from queuestore.store.deliveries import DeliveryVerbs
+from queuestore.store.durable import DurableVerbs
 from queuestore.store.operator import OperatorVerbs
 from queuestore.store.runs import RunVerbs, lost_runs
 
@@ -62,7 +64,7 @@ __all__ = [
 ]
 
 
-class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
+class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:
@@ -93,6 +95,10 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         unique_key: str | None = None,
         priority: int = 0,
         traceparent: str | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
+        on: Any = None,
     ) -> Task:
         """Persist a new task in ``submitted``, or return the live one holding ``unique_key``.
 
@@ -115,13 +121,25 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         most urgent waiting jobs first, and so do the brokers where the queue
         enables priorities (see ``TaskQueue``).
 
+        Deadlines the store enforces (the reaper fails the task): ``start_by``,
+        a job not started by then never runs (``DeadlineExpired``);
+        ``deadline``, a task still live then fails (``DeadlineExceeded``);
+        ``timeout``, how long each run may take (``RunTimedOut``; without it,
+        the job's own ``timeout``).
+
+        ``on``: the caller's connection (an SQLAlchemy ``Connection`` or
+        ``Session``, or a psycopg ``Connection``, to this store's database):
+        the row is inserted in the caller's transaction and commits or rolls
+        back with it (:class:`SqlTaskStore` only).
+
         ``traceparent``: the W3C trace context (``00-<trace id>-<span id>-<flags>``)
         its runs, retries and deliveries continue (``TaskQueue.submit`` sets it
         when OpenTelemetry traces, see :mod:`queuestore.core.tracing`).
 
         Raises:
             InvalidTaskData: bad name, input, owner, ttl, metadata, id, job, run_at,
-                unique_key, priority or traceparent.
+                unique_key, priority, start_by, deadline, timeout, connection or
+                traceparent.
             TaskConflict: ``task_id`` is already taken.
         """
         new = self._new_task(
@@ -137,12 +155,20 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             unique_key=unique_key,
             priority=priority,
             traceparent=traceparent,
+            start_by=start_by,
+            deadline=deadline,
+            timeout=timeout,
         )
+        if on is not None:
+            ((task, _),) = self._insert_on(on, [new])
+            return task  # announced by nobody: it may yet roll back
         task, created = self._insert(new)
         self._announce_created([(task, created)])
         return task
 
-    def create_many(self, tasks: Iterable[Mapping[str, Any]]) -> builtins.list[Task]:
+    def create_many(
+        self, tasks: Iterable[Mapping[str, Any]], *, on: Any = None
+    ) -> builtins.list[Task]:
         """Persist many new tasks in one transaction, all or none: :meth:`create` for each.
 
         Each item holds :meth:`create`'s arguments by name (``name`` is required).
@@ -155,6 +181,8 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
                 ``tasks[3].input``), or two items have one ``task_id``; nothing
                 is written.
             TaskConflict: a ``task_id`` is already taken; nothing is written.
+
+        ``on``: the caller's connection, as for :meth:`create`.
         """
         news = [self._new_item(index, item) for index, item in enumerate(tasks)]
         ids = [new.id for new in news]
@@ -162,6 +190,8 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             raise InvalidTaskData("two items have the same task_id", field="tasks")
         if not news:
             return []
+        if on is not None:
+            return [task for task, _ in self._insert_on(on, news)]
         results = self._insert_many(news)
         self._announce_created(results)
         return [task for task, _ in results]
@@ -201,6 +231,9 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         unique_key: str | None = None,
         priority: int = 0,
         traceparent: str | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
     ) -> NewTask:
         """The checked row :meth:`create` inserts."""
         owner = check.label(owner, "owner")
@@ -219,6 +252,9 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             unique_key=check.label(unique_key, "unique_key"),
             priority=check.priority(priority),
             traceparent=check.traceparent(traceparent),
+            start_by=check.instant(start_by, "start_by"),
+            deadline_at=check.instant(deadline, "deadline"),
+            run_timeout=check.timeout(timeout),
         )
 
     def get(self, task_id: str, *, owner: Owner = ANY) -> Task:
@@ -244,11 +280,14 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         cursor: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> TaskPage:
         """One page of tasks, newest first, filtered inside the query.
 
         ``created_after`` and ``created_before`` keep the tasks created in that
-        span (after the one, strictly before the other).
+        span (after the one, strictly before the other). ``parent_id``: a task's
+        id lists its children (:meth:`TaskContext.spawn
+        <queuestore.TaskContext.spawn>`), None lists root tasks only.
 
         Raises:
             InvalidCursor: ``cursor`` is malformed, altered, or from other filters.
@@ -262,6 +301,7 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             updated_after=updated_after,
             created_after=created_after,
             created_before=created_before,
+            parent_id=parent_id,
         )
         limit = check.limit(limit)
         after = None if cursor is None else self._cursors.decode(cursor, query.fingerprint())
@@ -286,6 +326,7 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         updated_after: datetime | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> int:
         """How many tasks :meth:`list` with the same filters walks through, in one query.
 
@@ -300,6 +341,7 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             updated_after=updated_after,
             created_after=created_after,
             created_before=created_before,
+            parent_id=parent_id,
         )
         if query.scope.nobody or query.statuses == frozenset():
             return 0
@@ -317,6 +359,7 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         updated_after: datetime | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> str:
         """The cursor of the listing with these filters whose next page starts after a task.
 
@@ -336,6 +379,7 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             updated_after=updated_after,
             created_after=created_after,
             created_before=created_before,
+            parent_id=parent_id,
         )
         key = CursorKey(check.aware(created_at, "created_at"), check.task_id(task_id))
         return self._cursors.encode(key, query.fingerprint())
@@ -350,6 +394,7 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
         updated_after: datetime | None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        parent_id: str | Unset | None = UNSET,
     ) -> ListQuery:
         return ListQuery(
             scope=self._scope(owner),
@@ -365,6 +410,11 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             created_before=(
                 None if created_before is None else check.aware(created_before, "created_before")
             ),
+            parent=(
+                parent_id
+                if parent_id is UNSET or parent_id is None
+                else check.task_id(parent_id, "parent_id")
+            ),
         )
 
     def iterate(self, **filters: Any) -> Iterator[Task]:
@@ -376,6 +426,20 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    def steps(self, task_id: str, *, owner: Owner = ANY) -> builtins.list[Step]:
+        """The named steps (and durable sleeps) the task's runs recorded, oldest first.
+
+        Each has its status, result or error, timing, and the run (``attempt``)
+        that recorded it. Owner-scoped as :meth:`get`.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner.
+        """
+        steps = self._steps(check.task_id(task_id), self._scope(owner))
+        if steps is None:
+            raise TaskNotFound(task_id)
+        return steps
 
     def update(
         self,
@@ -480,13 +544,27 @@ class TaskStore(RunVerbs, DeliveryVerbs, OperatorVerbs):
     def cancel(self, task_id: str, *, owner: Owner = ANY, reason: str | None = None) -> Task:
         """Mark a live task ``cancelled``; later writes by its worker are refused.
 
+        Its live child tasks (and theirs) are cancelled with it.
+
+        Raises:
+            InvalidTransition: the task is already terminal.
+            TaskNotFound: no such task visible to ``owner``.
+        """
+        return self.cancel_tree(task_id, owner=owner, reason=reason)[0]
+
+    def cancel_tree(
+        self, task_id: str, *, owner: Owner = ANY, reason: str | None = None
+    ) -> builtins.list[Task]:
+        """:meth:`cancel`, returning the task and then every live descendant it cancelled.
+
         Raises:
             InvalidTransition: the task is already terminal.
             TaskNotFound: no such task visible to ``owner``.
         """
         values = {} if reason is None else {"status_message": check.message(reason, "reason")}
         write = self._transition(self._scope(owner), TaskStatus.CANCELLED, values)
-        return self._apply(check.task_id(task_id), write)
+        task = self._apply(check.task_id(task_id), write, cascade=False)
+        return [task, *self._cascade(task)]
 
     def delete(self, task_id: str, *, owner: Owner = ANY) -> None:
         """Delete the task; nothing happens if it is absent or not visible to ``owner``."""

@@ -12,8 +12,8 @@ from typing import Any
 from queuestore.core.callbacks import Callback, Delivery, DeliveryState, event_id, snapshot
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
-from queuestore.core.errors import TaskConflict
-from queuestore.core.models import TERMINAL, Task, TaskStatus
+from queuestore.core.errors import InvalidTaskData, TaskConflict
+from queuestore.core.models import TERMINAL, Step, StepStatus, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import (
     ALL_JOBS,
@@ -32,9 +32,13 @@ from queuestore.core.rollup import (
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.core.workers import Worker
 from queuestore.store.backend import (
+    ENDS_ITS_CHILDREN,
     UNSET,
+    DeadlineKind,
     ListQuery,
+    NewChild,
     NewTask,
+    StepOutcome,
     SweepFilter,
     Write,
     publish_order,
@@ -42,6 +46,9 @@ from queuestore.store.backend import (
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement, catch_up
 from queuestore.store.pending import is_pending
+
+_TICK = timedelta(microseconds=1)
+"""What separates the timestamps of children spawned together, to keep their order."""
 
 
 class InMemoryTaskStore(TaskStore):
@@ -67,6 +74,8 @@ class InMemoryTaskStore(TaskStore):
         self._counts: Counter[tuple[TaskStatus, str, str | None]] = Counter()
         self._series: Counter[tuple[datetime, str, str, int]] = Counter()
         self._worker_rows: dict[str, Worker] = {}
+        # Each task's named steps by name, in the order they were first recorded.
+        self._steps_of: dict[str, dict[str, Step]] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -129,8 +138,12 @@ class InMemoryTaskStore(TaskStore):
                 worker_id, lease = write.claim
                 update |= {"worker_id": worker_id, "lease_expires_at": now + lease}
                 update["attempt"] = task.attempt + 1
+                update["run_deadline_at"] = _run_deadline(task, write, now)
             if write.release:
                 update |= {"worker_id": None, "lease_expires_at": None}
+                self._published.pop(task_id, None)
+            if write.hold:
+                update["lease_expires_at"] = None
                 self._published.pop(task_id, None)
             if write.mark_started and task.started_at is None:
                 update["started_at"] = now
@@ -142,6 +155,182 @@ class InMemoryTaskStore(TaskStore):
             self._tasks[task_id] = written
             self._written(task, written, write.status)
             return written
+
+    def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or task.status is not TaskStatus.WORKING or task.worker_id != worker_id:
+                return None
+            steps = self._steps_of.setdefault(task_id, {})
+            old = steps.get(outcome.name)
+            if old is not None and (old.status is StepStatus.COMPLETED or old.kind != outcome.kind):
+                return None
+            now = self._now()
+            step = Step(
+                name=outcome.name,
+                kind=outcome.kind,
+                status=outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                attempt=task.attempt,
+                tries=1 if old is None else old.tries + 1,
+                started_at=now - outcome.elapsed,
+                finished_at=now,
+            )
+            steps[outcome.name] = step
+            return step
+
+    def _spawn(
+        self, parent_id: str, worker_id: str, children: Sequence[NewChild], max_depth: int
+    ) -> list[tuple[Task, bool]] | None:
+        with self._changed:
+            parent = self._tasks.get(parent_id)
+            if (
+                parent is None
+                or parent.status is not TaskStatus.WORKING
+                or parent.worker_id != worker_id
+                or parent.depth >= max_depth
+            ):
+                return None
+            held = {t.spawn_key: t for t in self._tasks.values() if t.parent_id == parent_id}
+            for new in children:
+                holder = held.get(new.spawn_key)
+                if holder is not None and holder.name != new.name:
+                    raise _key_of_another_job(new, holder)
+            now = self._now()
+            spawned = []
+            for index, new in enumerate(children):
+                holder = held.get(new.spawn_key)
+                if holder is not None:
+                    spawned.append((holder, False))
+                    continue
+                task = _child(parent, new, now + index * _TICK)
+                self._tasks[task.id] = task
+                spawned.append((task, True))
+            return spawned
+
+    def _live_waited(self, parent_id: str, waits_on: Sequence[str]) -> bool:
+        """Whether a child of ``parent_id`` among ``waits_on`` (``[]``: any) is live (locked)."""
+        return any(
+            task.parent_id == parent_id
+            and not task.is_terminal
+            and (not waits_on or task.id in waits_on)
+            for task in self._tasks.values()
+        )
+
+    def _park(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Sequence[str]
+    ) -> Task | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or task.status is not TaskStatus.WORKING or task.worker_id != worker_id:
+                return None
+            if not self._live_waited(task_id, waits_on):
+                return None
+            return self._rewrite(
+                task,
+                waits_on=list(waits_on),
+                run_at=None,
+                status_message=message,
+                suspends=task.suspends + 1,
+                worker_id=None,
+                lease_expires_at=None,
+            )
+
+    def _rewrite(self, task: Task, **update: Any) -> Task:
+        """Write ``update`` to a task, at a new version, unpublished (the lock held)."""
+        self._published.pop(task.id, None)
+        written = task.model_copy(
+            update={**update, "updated_at": self._now(), "version": task.version + 1}
+        )
+        self._tasks[task.id] = written
+        self._written(task, written, update.get("status"))
+        return written
+
+    def _wake(self, task_ids: Sequence[str] | None, limit: int) -> list[Task]:
+        with self._changed:
+            parked = sorted(
+                (
+                    task
+                    for task in self._tasks.values()
+                    if task.waits_on is not None
+                    and task.worker_id is None
+                    and task.status is TaskStatus.WORKING
+                    and (task_ids is None or task.id in task_ids)
+                    and not self._live_waited(task.id, task.waits_on)
+                ),
+                key=lambda task: task.updated_at,
+            )
+            return [
+                self._rewrite(task, waits_on=None, status_message=None) for task in parked[:limit]
+            ]
+
+    def _cancel_descendants(self, task_id: str, reason: str) -> list[Task]:
+        with self._changed:
+            cancelled: list[Task] = []
+            parents = [task_id]
+            while parents:
+                parent = parents.pop()
+                for task in [t for t in self._tasks.values() if t.parent_id == parent]:
+                    parents.append(task.id)
+                    if not task.is_terminal:
+                        cancelled.append(self._cancelled(task, reason))
+            return cancelled
+
+    def _cancelled(self, task: Task, reason: str) -> Task:
+        """``task`` cancelled with ``reason`` by a cascade (the lock held)."""
+        now = self._now()
+        if task.ttl is not None:
+            self._expires[task.id] = now + task.ttl
+        return self._rewrite(
+            task,
+            status=TaskStatus.CANCELLED,
+            status_message=reason,
+            finished_at=now,
+            worker_id=None,
+            lease_expires_at=None,
+        )
+
+    def _orphans(self, limit: int) -> list[Task]:
+        with self._changed:
+            orphans = [
+                task
+                for task in self._tasks.values()
+                if task.parent_id is not None
+                and not task.is_terminal
+                and (parent := self._tasks.get(task.parent_id)) is not None
+                and parent.status in ENDS_ITS_CHILDREN
+            ]
+        return sorted(orphans, key=lambda task: task.created_at)[:limit]
+
+    def _past_deadlines(
+        self, kind: DeadlineKind, now: datetime | None, limit: int, ago: timedelta = timedelta(0)
+    ) -> list[Task]:
+        before = (now or self._now()) - ago
+        with self._changed:
+            due = [
+                (when, task)
+                for task in self._tasks.values()
+                if (when := _deadline_of(task, kind)) is not None and when <= before
+            ]
+        return [task for _, task in sorted(due, key=lambda pair: pair[0])][:limit]
+
+    def _release_held(self, task_id: str, worker_id: str) -> bool:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or not task.is_terminal or task.worker_id != worker_id:
+                return False
+            released = task.model_copy(update={"worker_id": None})
+            self._tasks[task_id] = released
+            return True
+
+    def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
+        with self._changed:
+            task = self._tasks.get(task_id)
+            if task is None or not scope.admits(task.owner):
+                return None
+            steps = list(self._steps_of.get(task_id, {}).values())
+        return sorted(steps, key=lambda step: (step.finished_at, step.name))
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         with self._changed:
@@ -164,6 +353,7 @@ class InMemoryTaskStore(TaskStore):
 
     def _forget(self, task_id: str) -> None:
         self._roll(self._tasks.pop(task_id), None)
+        self._steps_of.pop(task_id, None)
         self._callbacks_of.pop(task_id, None)
         for delivery_id in [i for i, (_, d) in self._delivery_rows.items() if d.task_id == task_id]:
             del self._delivery_rows[delivery_id]
@@ -573,9 +763,36 @@ class InMemoryTaskStore(TaskStore):
                 self._listeners.remove(inbox)
 
 
+def _run_deadline(task: Task, claim: Write, now: datetime) -> datetime | None:
+    """When a run claimed at ``now`` must end (the claim's rule, as the SQL store's)."""
+    timeout = claim.timeout if task.run_timeout is None else task.run_timeout
+    return _earlier_of(None if timeout is None else now + timeout, task.deadline_at)
+
+
+def _deadline_of(task: Task, kind: DeadlineKind) -> datetime | None:
+    """The deadline of ``kind`` that ``task`` may be past, if it is one the kind reads."""
+    if kind == "start_by":
+        pending = task.status is TaskStatus.SUBMITTED and task.worker_id is None
+        return task.start_by if pending and task.started_at is None else None
+    if kind == "deadline":
+        return task.deadline_at if not task.is_terminal and task.worker_id is None else None
+    held = task.worker_id is not None and (
+        task.is_terminal if kind == "held" else task.status is TaskStatus.WORKING
+    )
+    return task.run_deadline_at if held else None
+
+
+def _within_deadlines(task: Task, now: datetime) -> bool:
+    """A claim's deadline terms: not past ``start_by`` unless started, nor ``deadline_at``."""
+    return (task.start_by is None or task.started_at is not None or task.start_by > now) and (
+        task.deadline_at is None or task.deadline_at > now
+    )
+
+
 def _matches(task: Task, write: Write, now: datetime) -> bool:
     return (
         (write.claim is None or task.run_at is None or task.run_at <= now)
+        and (write.claim is None or (task.waits_on is None and _within_deadlines(task, now)))
         and write.scope.admits(task.owner)
         and task.status in write.from_statuses
         and (write.expected_version is None or task.version == write.expected_version)
@@ -585,9 +802,48 @@ def _matches(task: Task, write: Write, now: datetime) -> bool:
     )
 
 
+def _child(parent: Task, new: NewChild, now: datetime) -> Task:
+    """The child ``new`` of ``parent`` as inserted at ``now``."""
+    return Task(
+        id=new.id,
+        name=new.name,
+        input=new.input,
+        owner=parent.owner,
+        context_id=parent.context_id if new.context_id is None else new.context_id,
+        ttl=parent.ttl if new.ttl is None else new.ttl,
+        metadata=new.metadata,
+        created_at=now,
+        updated_at=now,
+        run_at=new.run_at,
+        priority=parent.priority if new.priority is None else new.priority,
+        parent_id=parent.id,
+        spawn_key=new.spawn_key,
+        depth=parent.depth + 1,
+        start_by=_earlier_of(new.start_by, parent.deadline_at),
+        deadline_at=_earlier_of(new.deadline_at, parent.deadline_at),
+        run_timeout=new.run_timeout,
+    )
+
+
+def _earlier_of(given: datetime | None, bound: datetime | None) -> datetime | None:
+    if given is None or bound is None:
+        return bound if given is None else given
+    return min(given, bound)
+
+
+def _key_of_another_job(new: NewChild, holder: Task) -> InvalidTaskData:
+    return InvalidTaskData(
+        f"{new.spawn_key!r} is the key of child {holder.id!r} of job {holder.name!r}, "
+        f"not {new.name!r}",
+        field="key",
+        task_id=holder.id,
+    )
+
+
 def _listed(task: Task, query: ListQuery) -> bool:
     return (
-        query.scope.admits(task.owner)
+        (query.parent is UNSET or task.parent_id == query.parent)
+        and query.scope.admits(task.owner)
         and (query.statuses is None or task.status in query.statuses)
         and (query.context_id is None or task.context_id == query.context_id)
         and (query.name is None or task.name == query.name)

@@ -11,7 +11,7 @@ what they do (see :mod:`queuestore.metrics.prometheus`).
 
 from __future__ import annotations
 
-from queuestore.core.models import Task
+from queuestore.core.models import Step, Task
 
 
 class StoreObserver:
@@ -35,6 +35,12 @@ class StoreObserver:
 
     def waited_for_slot(self, task: Task) -> None:
         """A claim was refused at a concurrency limit: ``task`` waits for a slot."""
+
+    def step_recorded(self, task_id: str, step: Step) -> None:
+        """A run recorded how a named step (or a durable sleep) of its job ended."""
+
+    def timed_out(self, task: Task) -> None:
+        """A run passed its deadline and was failed: ``task`` is ``failed``, still held."""
 
     def removed(self, count: int) -> None:
         """The janitor deleted ``count`` expired tasks in one batch."""

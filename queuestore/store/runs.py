@@ -36,6 +36,7 @@ from queuestore.store.backend import (
     SweepFilter,
     Unset,
     Write,
+    held_by,
 )
 from queuestore.store.pending import PENDING_STATUSES
 
@@ -50,6 +51,7 @@ class RunVerbs(StoreBackend):
         lease: timedelta,
         *,
         limits: ConcurrencyLimits | None = None,
+        timeout: timedelta | None = None,
     ) -> Task | None:
         """Take an unclaimed task for one run: ``working``, leased to ``worker_id``.
 
@@ -62,6 +64,12 @@ class RunVerbs(StoreBackend):
         its limit allows: the task should wait for a slot (:meth:`wait_for_slot`).
         The count and the claim are one atomic decision, so no number of
         racing workers runs more than the limit.
+
+        The claim sets ``run_deadline_at``, when the run must end: the task's
+        ``run_timeout``, else ``timeout`` (the job's), from now, and no later
+        than its ``deadline_at``. It is refused past the task's ``start_by``
+        (unless an earlier run started it) or its ``deadline_at``: the
+        reaper ends such a task (:meth:`enforce_deadlines`).
         """
         write = Write(
             scope=OwnerScope(unscoped=True),
@@ -70,6 +78,7 @@ class RunVerbs(StoreBackend):
             fence=None,
             claim=(check.worker_id(worker_id), _lease(lease)),
             mark_started=True,
+            timeout=check.timeout(timeout),
         )
         task_id = check.task_id(task_id)
         if limits:
@@ -313,34 +322,51 @@ class RunVerbs(StoreBackend):
         task_id: str,
         worker_id: str,
         *,
-        until: datetime,
+        until: datetime | None = None,
         message: str | None,
+        waits_on: Iterable[str] | None = None,
         known: Task | None = None,
-    ) -> Task:
-        """End a run to wait until ``until``: the task is neither failed nor lost.
+    ) -> Task | None:
+        """End a run to wait, until ``until`` or until child tasks end: neither failed nor lost.
 
         A compare-and-set fenced by the run's lease, like :meth:`retry`, but
         with no error: the task stays ``working`` but unclaimed, with
-        ``run_at`` set to ``until`` (for the sweep to publish it as a scheduled
-        start's) and ``status_message`` set to ``message``, and ``suspends``
-        counts the run, so the reaper never takes it for a lost one. No status
-        changes, so no callback hears of it. A cancel while it waits ends it as
-        any cancel does.
+        ``status_message`` set to ``message``, and ``suspends`` counts the run,
+        so the reaper never takes it for a lost one. No status changes, so no
+        callback hears of it. A cancel while it waits ends it as any cancel does.
+
+        With ``until``, ``run_at`` is set to it, for the sweep to publish the
+        task as a scheduled start's. With ``waits_on`` (child task ids; empty
+        for every child) the task is *parked*: no run may claim it and the
+        sweep leaves it until none of those children is live, when
+        :meth:`wake` (or the sweep's :meth:`wake_due`) makes it pending again.
+        The park is refused, and None returned with nothing written, when none
+        of them is live any more: the run may go on.
 
         Args:
             known: the run's latest copy of the task; it spares the read first.
 
         Raises:
-            InvalidTaskData: ``until`` or ``message`` is invalid; nothing is written.
+            InvalidTaskData: ``until``, ``message`` or ``waits_on`` is invalid, or
+                neither ``until`` nor ``waits_on`` is given; nothing is written.
             InvalidTransition: the task is no longer ``working``.
             LeaseLost: ``worker_id`` no longer holds the task.
             TaskNotFound: the task is gone.
         """
+        task_id = check.task_id(task_id)
+        worker_id = check.worker_id(worker_id)
+        message = check.message(message)
+        if waits_on is not None:
+            if until is not None:
+                raise InvalidTaskData("give until or waits_on, not both", field="waits_on")
+            return self._parked(task_id, worker_id, message, waits_on)
+        if until is None:
+            raise InvalidTaskData("is required: when the run wakes", field="until")
         return self._end_run_to_wait(
-            check.task_id(task_id),
-            check.worker_id(worker_id),
+            task_id,
+            worker_id,
             run_at=check.aware(until, "until"),
-            message=check.message(message),
+            message=message,
             counted=lambda task: {"suspends": task.suspends + 1},
             known=known,
         )
@@ -368,6 +394,18 @@ class RunVerbs(StoreBackend):
             release=True,
         )
         return self._read_modify_write(task_id, write, counted, known=known)
+
+    def _parked(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Iterable[str]
+    ) -> Task | None:
+        """:meth:`suspend` with ``waits_on``: park the task, or None if nothing waited is live."""
+        if isinstance(waits_on, str):
+            raise InvalidTaskData("must be a list of task ids", field="waits_on")
+        ids = [check.task_id(child, "waits_on") for child in waits_on]
+        parked = self._park(task_id, worker_id, message, ids)
+        if parked is None:
+            self._explain_refusal(task_id, held_by(worker_id))
+        return parked
 
     def mark_published(self, task_id: str, *, version: int | None = None) -> None:
         """Record that the message for the task's next run was published.
@@ -468,5 +506,6 @@ def stops_a_run(write: Write) -> bool:
 
     It releases the task (terminal or parked) without being fenced to a
     worker: a run's own writes and the reaper's are fenced to the run's worker.
+    A time-out (:meth:`RunVerbs.time_out`) is fenced yet ends the run from outside.
     """
-    return write.release and write.fence is UNSET
+    return (write.release and write.fence is UNSET) or write.hold

@@ -25,6 +25,7 @@ from celery import Celery
 from pydantic import ValidationError
 
 from queuestore.beat import schedule
+from queuestore.beat.deadlines import enforce
 from queuestore.beat.reaper import reap
 from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import BROKER_ERRORS, Publisher
@@ -50,6 +51,7 @@ from queuestore.run.jobs import (
     registered_names,
 )
 from queuestore.store.base import TaskStore
+from queuestore.store.durable import Enforced
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,8 @@ class TaskQueue:
         schedule_ahead: timedelta | None = None,
         priorities: bool = False,
         limits: ConcurrencyLimits = NO_LIMITS,
+        timeout_grace: timedelta = timedelta(seconds=10),
+        timeout_interrupt: bool = True,
     ) -> None:
         options = QueueOptions.build(
             lease=lease,
@@ -143,6 +147,8 @@ class TaskQueue:
             schedule_ahead=schedule_ahead,
             priorities=priorities,
             limits=limits,
+            timeout_grace=timeout_grace,
+            timeout_interrupt=timeout_interrupt,
         )
         self.publisher = Publisher(store, app, options)
         if self.publisher.bind():  # the app's jobs and beat tasks run with this queue
@@ -220,6 +226,10 @@ class TaskQueue:
         unique_key: str | None = None,
         priority: int = 0,
         callback: CallbackRequest | None = None,
+        start_by: datetime | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
+        connection: Any = None,
     ) -> Task:
         """Persist a task and enqueue the job that runs it.
 
@@ -253,12 +263,29 @@ class TaskQueue:
         before the job is published; on a task a ``unique_key`` joins, it is
         added beside the callbacks the task has.
 
+        Deadlines, which the store enforces in every pool (the reaper fails
+        the task): ``start_by``, a job not started by then never runs
+        (``DeadlineExpired``); ``deadline``, the task and its children still
+        live then fail (``DeadlineExceeded``); ``timeout``, how long each run
+        may take, in place of the job's own (``RunTimedOut``).
+
+        ``connection``: submit inside the caller's transaction. An SQLAlchemy
+        ``Connection`` or ``Session``, or a psycopg ``Connection``, to the
+        store's database (:class:`~queuestore.SqlTaskStore`): the task is
+        inserted on it, so it exists if and only if the caller's transaction
+        commits, and its message is published only after that commit (by a
+        thread of the queue that sees the row appear; if the process dies
+        first, the sweep publishes it). Not with ``callback``.
+
         Raises:
             CallbackRefused: the callback's URL is refused; nothing is written.
             InvalidTaskData: bad arguments, input the registered job cannot
-                take, or both ``run_at`` and ``delay``.
+                take, both ``run_at`` and ``delay``, or a ``connection`` the
+                store cannot join.
         """
         self.check_input(name, input)
+        if connection is not None and callback is not None:
+            raise InvalidTaskData("is not taken with a connection", field="callback")
         if callback is not None:
             self.store.url_policy.check_url(callback.url)  # before anything is written
         if unique_key is not None and task_id is None:
@@ -276,9 +303,17 @@ class TaskQueue:
                 unique_key=unique_key,
                 priority=priority,
                 traceparent=tracing.traceparent(),
+                start_by=start_by,
+                deadline=deadline,
+                timeout=timeout,
+                on=connection,
             )
             tracing.annotate(task)
             joined = unique_key is not None and task.id != task_id
+            if connection is not None:
+                if not joined and self.publisher.starts_soon(task):
+                    self.publisher.after_commit.add([task])
+                return task
             if callback is not None:
                 self._register(task, callback, owner, joined=joined)
             if joined:
@@ -324,7 +359,9 @@ class TaskQueue:
                 self.store.delete(task_id)  # never published: nothing ran
             raise
 
-    def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Task]:
+    def submit_many(
+        self, tasks: Iterable[Mapping[str, Any]], *, connection: Any = None
+    ) -> list[Task]:
         """:meth:`submit` for many tasks: one transaction, then one broker connection.
 
         Each item holds :meth:`submit`'s arguments by name (``name`` is
@@ -339,6 +376,9 @@ class TaskQueue:
         mapping of its fields) is registered after the commit and before any
         message goes out; if one cannot be, the batch's new tasks are deleted.
 
+        ``connection``: submit inside the caller's transaction, as for
+        :meth:`submit` (no item may have a callback then).
+
         Raises:
             InvalidTaskData: an item is invalid (the field says which, as
                 ``tasks[3].input`` or ``tasks[3].callback.url``); nothing is written.
@@ -348,10 +388,11 @@ class TaskQueue:
         callbacks = [item.pop("callback", None) for item in items]
         with tracing.span("queuestore.submit", kind="producer"):
             context = tracing.traceparent()
-            return self._submit_all(
-                [item | {"traceparent": context} if context else item for item in items],
-                callbacks,
-            )
+            if context:
+                items = [item | {"traceparent": context} for item in items]
+            if connection is not None:
+                return self._submit_many_on(connection, items, callbacks)
+            return self._submit_all(items, callbacks)
 
     def _submit_all(
         self, items: list[dict[str, Any]], callbacks: list[CallbackRequest | None]
@@ -366,6 +407,24 @@ class TaskQueue:
             if task.id == item["task_id"] and self.publisher.starts_soon(task)
         ]
         self.publisher.publish_many(self.publisher.admitted(new))
+        return created
+
+    def _submit_many_on(
+        self,
+        connection: Any,
+        items: list[dict[str, Any]],
+        callbacks: list[CallbackRequest | None],
+    ) -> list[Task]:
+        """:meth:`submit_many` inside the caller's transaction: published after its commit."""
+        if any(callbacks):
+            raise InvalidTaskData("is not taken with a connection", field="callback")
+        created = self.store.create_many(items, on=connection)
+        new = [
+            task
+            for task, item in zip(created, items, strict=True)
+            if task.id == item["task_id"] and self.publisher.starts_soon(task)
+        ]
+        self.publisher.after_commit.add(new)
         return created
 
     def _creation(self, index: int, item: Mapping[str, Any]) -> dict[str, Any]:
@@ -405,22 +464,28 @@ class TaskQueue:
 
         A task that had not started never runs its job; a running job is
         interrupted (prefork pool) or stops at its next write or heartbeat.
+        Its live child tasks, and theirs, are cancelled and revoked with it;
+        a parent waiting for it as a child runs again.
 
         Raises:
             InvalidTransition: the task is already terminal.
             TaskNotFound: no such task visible to ``owner``.
         """
-        task = self.store.cancel(task_id, owner=owner, reason=reason)
+        cancelled = self.store.cancel_tree(task_id, owner=owner, reason=reason)
+        ids: str | list[str] = [task.id for task in cancelled]
+        if len(ids) == 1:
+            ids = ids[0]
         try:
             if self.options.terminate_on_cancel:
-                self.app.control.revoke(task_id, terminate=True, signal="SIGUSR1")
+                self.app.control.revoke(ids, terminate=True, signal="SIGUSR1")
             else:
-                self.app.control.revoke(task_id)
+                self.app.control.revoke(ids)
         except BROKER_ERRORS as exc:
             log.warning(
                 "revoke of %s not sent (%s); the worker sees the cancel itself", task_id, exc
             )
-        return task
+        self.publisher.wake_parents(cancelled[:1])
+        return cancelled[0]
 
     def resubmit(self, task_id: str, *, owner: Owner = ANY) -> Task:
         """Submit a failed or cancelled task's job again, as a new task linked to the old one.
@@ -501,6 +566,11 @@ class TaskQueue:
         """Retry or fail the tasks whose worker died, now (see
         :func:`queuestore.beat.reaper.reap`)."""
         return reap(self.publisher)
+
+    def enforce_deadlines(self) -> Enforced:
+        """Fail the tasks past their deadlines and stop their runs, now (see
+        :func:`queuestore.beat.deadlines.enforce`; the reaper's beat does it)."""
+        return enforce(self.publisher)
 
     def hand_off(self, ended: Task) -> int:
         """Publish the tasks waiting for the slot ``ended``'s run held; how many."""

@@ -475,3 +475,18 @@ def test_the_jobs_status_messages_the_sdk_moves_into_the_history_are_left_out(
     assert stored is not None
     assert [message.parts[0].text for message in stored.task.history] == ["first", "an answer"]
     assert list(copy.history) == list(stored.task.history)  # the SDK's copy, pruned too
+
+
+def test_list_shows_the_tasks_a_client_created_not_the_children_their_jobs_spawned(
+    store: TaskStore,
+) -> None:
+    ours = QueuestoreTaskStore(store)
+    run(ours.save(a2a_task("t-parent"), ALICE))
+    assert store.claim("t-parent", "w1", timedelta(minutes=1)) is not None
+    ((child, _),) = store.spawn("t-parent", "w1", [{"name": "a2a.child"}])
+
+    listed = run(ours.list(ListTasksRequest(), ALICE))
+
+    assert [task.id for task in listed.tasks] == ["t-parent"]
+    assert listed.total_size == 1
+    assert run(ours.get(child.id, ALICE)) is not None  # a child is readable by id

@@ -49,6 +49,11 @@ def test_async_store_speaks_every_verb_with_the_same_rules() -> None:
             await store.cancel(task.id)
         assert await store.cleanup(timedelta(hours=1)) == 1
         await store.delete(task.id)
+        parent = await store.create("a.job", start_by=None, deadline=None, timeout=None)
+        assert await store.steps(parent.id) == []
+        assert await store.count(parent_id=None) == 1
+        assert (await store.list(parent_id=parent.id)).tasks == []
+        assert [t.id for t in await store.cancel_tree(parent.id)] == [parent.id]
 
     asyncio.run(scenario())
 

@@ -57,6 +57,16 @@ def flaky(ctx: TaskContext, message: str = "upstream down") -> None:
     raise ConnectionError(f"{message} (run {ctx.attempt})")
 
 
+@job(app, name="http.fan")
+def fan(ctx: TaskContext, numbers: list[int]) -> int:
+    """A step, then one ``http.add`` child per number (each added to itself), summed."""
+    doubled = ctx.step("double", lambda: [n * 2 for n in numbers])
+    children = [ctx.spawn("http.add", {"a": n, "b": n}, key=str(i)) for i, n in enumerate(numbers)]
+    total: int = sum(ctx.wait_results(children))
+    assert total == sum(doubled)
+    return total
+
+
 @job(app, name="http.fail")
 def fail(ctx: TaskContext, message: str = "it broke", report: str = "working on it") -> None:
     """Report ``report`` as progress, then fail with ``message``."""

@@ -91,6 +91,36 @@ def test_input_checked_against_the_registered_job(alice: httpx.Client, pg: HttpD
     assert snapshot(pg.deployment.queue.store) == before
 
 
+def test_a_parents_steps_and_children_are_listed(alice: httpx.Client) -> None:
+    deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    parent = create(alice, "http.fan", input={"numbers": [1, 2, 3]}, deadline=deadline, timeout=60)
+    assert (parent["deadline_at"], parent["run_timeout"], parent["depth"]) == (
+        deadline.replace("+00:00", "Z"),
+        60,
+        0,
+    )
+
+    done = wait_for_status(alice, parent["id"], "completed")
+
+    assert done["result"] == 12
+    steps = alice.get(f"/tasks/{parent['id']}/steps").json()["steps"]
+    assert [(s["name"], s["kind"], s["status"], s["result"]) for s in steps] == [
+        ("double", "step", "completed", [2, 4, 6])
+    ]
+    children = alice.get("/tasks", params={"parent_id": parent["id"]}).json()["tasks"]
+    assert sorted(child["result"] for child in children) == [2, 4, 6]
+    assert {(c["parent_id"], c["depth"], c["owner"]) for c in children} == {
+        (parent["id"], 1, "alice")
+    }
+    assert {c["deadline_at"] for c in children} == {done["deadline_at"]}
+    roots = alice.get("/tasks", params={"root": "true", "limit": 1000}).json()["tasks"]
+    assert parent["id"] in {t["id"] for t in roots}
+    assert not {c["id"] for c in children} & {t["id"] for t in roots}
+    both = alice.get("/tasks", params={"root": "true", "parent_id": parent["id"]})
+    assert both.json() == {"tasks": [], "next_cursor": None}
+    assert_problem(alice.get("/tasks/no-such-task/steps"), 404)
+
+
 def test_list_filters_and_keyset_pages(alice: httpx.Client) -> None:
     context = f"ctx-{uuid.uuid4().hex[:8]}"
     made = [create(alice, "http.add", input={"a": n, "b": 0}, context_id=context) for n in range(5)]

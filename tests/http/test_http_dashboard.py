@@ -384,3 +384,35 @@ def test_dashboard_shows_each_retried_runs_error(browser: Chromium, api: Api) ->
     assert "retried runs' errors" in detail
     assert "upstream down (run 1)" in detail  # the retried run's
     assert "upstream down (run 2)" in detail  # the last, as the task's error
+
+
+def test_dashboard_shows_a_tasks_steps_and_children_and_filters_by_parent(
+    browser: Chromium, api: Api
+) -> None:
+    with api.client("token-alice") as alice:
+        parent = alice.post("/tasks", json={"name": "http.fan", "input": {"numbers": [4, 5]}})
+        parent_id = parent.json()["id"]
+        wait_for_status(alice, parent_id, "completed")
+        browser.navigate(f"{api.url}/dashboard")
+        browser.evaluate(
+            "document.getElementById('token').value = 'token-alice';"
+            "document.querySelector('#signin button[type=submit]').click()"
+        )
+        browser.wait(f"{row(parent_id)} != null", what="the parent")
+        browser.evaluate(f"{row(parent_id)}.click()")
+        browser.wait("document.getElementById('children') != null", what="its children")
+        detail = browser.evaluate("document.getElementById('detail').innerText")
+        browser.evaluate("document.querySelector('#children tr').click()")
+        browser.wait("document.getElementById('parent') != null", what="a child's detail")
+        browser.evaluate(
+            f"document.getElementById('f-parent').value = {json.dumps(parent_id)};"
+            "document.querySelector('#filters button[type=submit]').click()"
+        )
+        browser.wait(
+            f"document.querySelectorAll('#tasks tr').length === 2 && {row(parent_id)} == null",
+            what="the list of the parent's children",
+        )
+
+    assert "steps" in detail
+    assert "double" in detail
+    assert "children" in detail

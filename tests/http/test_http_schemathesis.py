@@ -80,6 +80,7 @@ OPERATIONS = [
     "GET /tasks/{task_id}",
     "POST /tasks/{task_id}/cancel",
     "POST /tasks/{task_id}/resume",
+    "GET /tasks/{task_id}/steps",
     "GET /tasks/{task_id}/deliveries",
     "POST /tasks/{task_id}/deliveries/{delivery_id}/redeliver",
     "DELETE /tasks/{task_id}",

@@ -138,6 +138,91 @@ def chatty(ctx: TaskContext) -> None:
         raise
 
 
+def side_effect(ctx: TaskContext, step: str) -> None:
+    """Insert one row into ``it_side_effects`` through the job's own connection: the
+    proof, counted in the database, of how often a step's body ran."""
+    from sqlalchemy import text
+
+    with _side_effects().begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO it_side_effects (task_id, step, attempt, pid) "
+                "VALUES (:task_id, :step, :attempt, :pid)"
+            ),
+            {"task_id": ctx.task_id, "step": step, "attempt": ctx.attempt, "pid": os.getpid()},
+        )
+
+
+_ENGINES: dict[int, Any] = {}
+
+
+def _side_effects() -> Any:
+    """This process's engine on the deployment's database (made anew after a fork)."""
+    from sqlalchemy import create_engine
+
+    engine = _ENGINES.get(os.getpid())
+    if engine is None:
+        engine = _ENGINES[os.getpid()] = create_engine(
+            os.environ["QUEUESTORE_DATABASE_URL"], pool_size=1, max_overflow=0
+        )
+    return engine
+
+
+@job(app, name="tests.five_steps")
+def five_steps(ctx: TaskContext) -> list[Any]:
+    """Five named steps, each a side effect; the first run hangs inside step 4."""
+
+    def body(i: int) -> int:
+        side_effect(ctx, f"s{i}")
+        if i == 4 and ctx.attempt == 1:
+            record(ctx, "in-4")
+            time.sleep(120)
+        return i * 10
+
+    return [ctx.step(f"s{i}", body, i) for i in range(1, 6)]
+
+
+@job(app, name="tests.nap")
+def nap(ctx: TaskContext, seconds: float) -> dict[str, str]:
+    """Record, sleep durably, and say when the run after the sleep started."""
+    ctx.step("before", record, ctx, "before")
+    ctx.sleep("nap", seconds)
+    return {"woke_at": ctx.run_started_at.isoformat()}
+
+
+@job(app, name="tests.square")
+def square(ctx: TaskContext, x: int) -> int:
+    record(ctx, "run")
+    return x * x
+
+
+@job(app, name="tests.fan_out")
+def fan_out(ctx: TaskContext, n: int, job: str = "tests.square", seconds: float = 0) -> Any:
+    """Spawn ``n`` children (squares, or sleepers of ``seconds``) and sum their results."""
+    record(ctx, "start")
+    if job == "tests.square":
+        children = [{"job": job, "input": {"x": i}, "key": str(i)} for i in range(n)]
+    else:
+        children = [{"job": job, "input": {"seconds": seconds}, "key": str(i)} for i in range(n)]
+    results = ctx.wait_results(ctx.spawn_many(children))
+    return sum(results) if job == "tests.square" else len(results)
+
+
+@job(app, name="tests.spin")
+def spin(ctx: TaskContext, stubborn: bool = False) -> None:
+    """Loop on the CPU without a store call; ``stubborn`` swallows every interrupt."""
+    record(ctx, "start")
+    n = 0
+    while True:
+        try:
+            while True:
+                n += 1
+        except BaseException as exc:
+            record(ctx, f"stopped:{type(exc).__name__}")
+            if not stubborn:
+                raise
+
+
 __all__ = ["app", "queue"]
 
 

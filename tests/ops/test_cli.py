@@ -224,6 +224,53 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
         store.close()
 
 
+def test_tasks_show_gives_steps_and_children_and_list_walks_the_tree(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queuestore import StepKind, StepStatus
+    from queuestore.store.backend import StepOutcome
+
+    monkeypatch.setenv("QUEUESTORE_HOME", str(tmp_path))
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    submitted = runner.invoke(
+        app,
+        [
+            *("tasks", "submit", "--url", database_url, "x.parent", "--json"),
+            *("--timeout", "PT5M", "--deadline", "2031-01-02T03:04:05Z"),
+            *("--start-by", "2031-01-01T00:00:00Z"),
+        ],
+    )
+    parent = json.loads(submitted.output)
+    assert (parent["run_timeout"], parent["deadline_at"], parent["start_by"]) == (
+        "PT5M",
+        "2031-01-02T03:04:05Z",
+        "2031-01-01T00:00:00Z",
+    )
+    store = SqlTaskStore(database_url)
+    try:
+        store.claim(parent["id"], "w1", timedelta(minutes=1))
+        step = StepOutcome(name="fetch", kind=StepKind.STEP, status=StepStatus.COMPLETED)
+        store.record_step(parent["id"], "w1", step)
+        ((child, _),) = store.spawn(parent["id"], "w1", [{"name": "x.child"}])
+    finally:
+        store.close()
+    base = ["tasks", "show", "--url", database_url]
+
+    shown = json.loads(runner.invoke(app, [*base, "--json", "--", parent["id"]]).output)
+    table = runner.invoke(app, [*base, "--", parent["id"]]).output
+
+    assert [s["name"] for s in shown["steps"]] == ["fetch"]
+    assert shown["children"] == {"total": 1, "live": 1}
+    assert "fetch" in table
+    assert f"children: 1 (1 live): tasks list --parent {parent['id']}" in table
+    listing = ["tasks", "list", "--url", database_url, "--json"]
+    children = json.loads(runner.invoke(app, [*listing, "--parent", parent["id"]]).output)
+    roots = json.loads(runner.invoke(app, [*listing, "--roots"]).output)
+    assert [t["id"] for t in children["tasks"]] == [child.id]
+    assert [t["id"] for t in roots["tasks"]] == [parent["id"]]
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -243,6 +290,12 @@ def test_tasks_submit_schedules_and_joins_a_held_key(
         (["examples.crunch", '{"seconds": "long"}'], "input.seconds: does not fit job"),
         (["reports.build"], "no job named 'reports.build' in 'workers'; known: examples."),
         (["reports.build", "--app", "workers"], "no job named 'reports.build'"),
+        (["examples.crunch", "--timeout", "soon"], "--timeout: 'soon' is not a duration"),
+        (["examples.crunch", "--deadline", "tomorrow"], "--deadline: 'tomorrow' is not an ISO"),
+        (
+            ["examples.crunch", "--start-by", "2031-01-01T00:00:00"],
+            "--start-by: '2031-01-01T00:00:00' has no offset",
+        ),
     ],
 )
 def test_tasks_submit_refuses_bad_values_and_writes_nothing(

@@ -41,6 +41,7 @@ LAYOUT = [
     "howto/testing-your-jobs.md",
     "howto/schedule-tasks.md",
     "howto/retry-jobs.md",
+    "howto/durable-work.md",
     "howto/unique-tasks.md",
     "howto/submit-many.md",
     "howto/prioritise-tasks.md",

@@ -271,6 +271,34 @@ def test_rows_from_before_run_at_start_at_once_and_a_downgrade_forgets_start_tim
     assert {task.id for task in store.unpublished(timedelta(0))} == {"t-old", later.id}
 
 
+def test_rows_from_before_the_tree_are_roots_that_wait_for_nothing(empty_engine: Engine) -> None:
+    # 0013 adds steps, the tree, waits and deadlines, and the pending rule's waits_on term.
+    with empty_engine.begin() as connection:
+        upgrade(connection, "0011")
+        connection.execute(insert(TABLE).values(old_row(job=True)))
+    store = SqlTaskStore(empty_engine)
+
+    store.migrate()
+
+    old = store.get("t-old")
+    assert (old.parent_id, old.depth, old.waits_on, old.start_by, old.run_timeout) == (
+        None,
+        0,
+        None,
+        None,
+        None,
+    )
+    assert [task.id for task in store.unpublished(timedelta(0))] == ["t-old"]
+    assert "queuestore_steps" in inspect(empty_engine).get_table_names()
+    with empty_engine.begin() as connection:
+        downgrade(connection, "0011")
+    assert "queuestore_steps" not in inspect(empty_engine).get_table_names()
+    with empty_engine.begin() as connection:
+        upgrade(connection, "head")
+    assert drift(empty_engine) == []
+    assert [task.id for task in store.unpublished(timedelta(0))] == ["t-old"]
+
+
 def test_an_empty_database_differs_from_the_models(empty_engine: Engine) -> None:
     # The drift check must be able to fail: with no migration, the table is missing.
     assert any(change[0] == "add_table" for change in drift(empty_engine))  # type: ignore[index]

@@ -36,6 +36,12 @@ def every_state(store: TaskStore) -> dict[str, Task]:
     store.claim(done.id, "w-done", LEASE)
     tasks["completed"] = store.report(done.id, "w-done", status=TaskStatus.COMPLETED)
     tasks["cancelled"] = store.cancel(store.create("x.job").id)
+    waiting = store.create("x.job")
+    store.claim(waiting.id, "w-waiting", LEASE)
+    ((tasks["submitted child"], _),) = store.spawn(waiting.id, "w-waiting", [{"name": "x.child"}])
+    tasks["working, parked on its children"] = (
+        store.suspend(waiting.id, "w-waiting", message="waiting", waits_on=[]) or waiting
+    )
     return tasks
 
 
@@ -44,7 +50,8 @@ def test_the_predicate_names_the_tasks_a_run_may_claim(store: TaskStore) -> None
 
     pending = {name for name, task in tasks.items() if is_pending(task)}
 
-    assert pending == {"submitted", "record", "working, answered"}
+    assert pending == {"submitted", "submitted child", "record", "working, answered"}
+    assert tasks["working, parked on its children"].waits_on == []
     assert {tasks[name].status for name in pending} <= PENDING_STATUSES
     for name, task in tasks.items():
         assert (store.claim(task.id, f"w2-{name}", LEASE) is not None) is (name in pending), name

@@ -26,9 +26,9 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON
 
-from queuestore.core.models import Artifact, PageOfTasks, Task, TaskError, TaskStatus
+from queuestore.core.models import Artifact, PageOfTasks, Step, Task, TaskError, TaskStatus
 from queuestore.core.watch import StatusChange
-from queuestore.store.sql.queries import COLUMNS, PAGE_JSON, TASK_JSON
+from queuestore.store.sql.queries import COLUMNS, IN_MILLISECONDS, PAGE_JSON, TASK_JSON
 
 _PAGE: Final = TypeAdapter(PageOfTasks)
 
@@ -39,15 +39,22 @@ def task(row: dict[str, Any]) -> Task:
     On PostgreSQL the row is one JSON object the server built
     (``queries.TASK_JSON``), parsed by pydantic-core straight into the model;
     on SQLite it is the columns as their SQLAlchemy types decode them
-    (``ttl_ms`` included). ``row`` is the caller's fresh row (a decoded row, a
-    row's mapping copied): it is taken over, not copied again.
+    (``ttl_ms`` and ``run_timeout_ms`` included). ``row`` is the caller's fresh
+    row (a decoded row, a row's mapping copied): it is taken over, not copied again.
     """
     built = row.get(TASK_JSON.key)
     if built is not None:
         return Task.model_validate_json(built)
-    ttl_ms = row.pop("ttl_ms")
-    row["ttl"] = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
+    for column, field in IN_MILLISECONDS.items():
+        milliseconds = row.pop(column)
+        row[field] = None if milliseconds is None else timedelta(milliseconds=milliseconds)
     return Task.model_validate(row)
+
+
+def step(row: dict[str, Any]) -> Step:
+    """The step a row of ``steps.task_steps`` holds (its task's id left out)."""
+    del row["task_id"]
+    return Step.model_validate(row)
 
 
 def tasks(rows: Sequence[dict[str, Any]]) -> list[Task]:

@@ -39,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Integer,
     Interval,
@@ -108,8 +109,19 @@ COLUMNS: Sequence[ColumnElement[Any]] = [
     C.errors,
     C.suspends,
     C.traceparent,
+    C.parent_id,
+    C.spawn_key,
+    C.depth,
+    C.waits_on,
+    C.start_by,
+    C.deadline_at,
+    C.run_timeout_ms,
+    C.run_deadline_at,
 ]
 """What every statement returns: the fields of a :class:`~queuestore.core.models.Task`."""
+
+IN_MILLISECONDS: Final = {"ttl_ms": "ttl", "run_timeout_ms": "run_timeout"}
+"""The columns that hold a ``Task``'s duration in milliseconds, and the field each is."""
 
 NOTIFY_CHANNEL = "queuestore_tasks"
 """PostgreSQL channel announcing changes as ``<task id>:<status>``.
@@ -178,20 +190,33 @@ class Clock:
 
     def expiry(self) -> ColumnElement[Any]:
         """``now + ttl`` for the row being written, NULL when it has no ttl."""
-        seconds = C.ttl_ms / 1000.0
+        return case((C.ttl_ms.is_not(None), self.after_ms(C.ttl_ms)), else_=None)
+
+    def after_ms(self, milliseconds: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The clock plus ``milliseconds`` (an expression; NULL gives NULL)."""
+        seconds = milliseconds / 1000.0
         now = self.now()
-        expiry: ColumnElement[Any]
         if self.database_clock:
-            expiry = now + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-        else:
-            # SQLite date arithmetic rounds to the millisecond: shift the clock cut
-            # to its millisecond (exact), then put its last three digits back.
-            shift = func.printf("%.3f seconds", seconds)
-            to_millisecond = func.substr(now, 1, 23)
-            expiry = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
-                func.substr(now, 24, 3)
-            )
-        return case((C.ttl_ms.is_not(None), expiry), else_=None)
+            return now + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        # SQLite date arithmetic rounds to the millisecond: shift the clock cut
+        # to its millisecond (exact), then put its last three digits back.
+        shift = func.printf("%.3f seconds", seconds)
+        to_millisecond = func.substr(now, 1, 23)
+        later = func.strftime("%Y-%m-%d %H:%M:%f", to_millisecond, shift).concat(
+            func.substr(now, 24, 3)
+        )
+        return case((milliseconds.is_not(None), later), else_=None)  # printf takes NULL for 0
+
+    def earliest(self, first: ColumnElement[Any], second: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The earlier of two times, either NULL (PostgreSQL's ``least`` skips NULLs;
+        SQLite's ``min`` is NULL if either is)."""
+        if self.database_clock:
+            return func.least(first, second)
+        return case(
+            (first.is_(None), second),
+            (or_(second.is_(None), first < second), first),
+            else_=second,
+        )
 
 
 def scope_kind(scope: OwnerScope) -> str:
@@ -251,6 +276,7 @@ NEW_FIELDS: Final = (
     "unique_key",
     "priority",
     "traceparent",
+    *("start_by", "deadline_at", "run_timeout_ms"),
 )
 """The columns a new task's parameters give; the rest are constants or the clock."""
 
@@ -345,6 +371,8 @@ class PageShape:
     after: bool
     created_after: bool = False
     created_before: bool = False
+    parent: str = "any"
+    """``any`` task, ``root`` tasks only, or the ``child`` tasks of ``:parent_id``."""
 
 
 def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
@@ -362,7 +390,17 @@ def _listed(shape: PageShape) -> list[ColumnElement[bool]]:
         conditions.append(C.created_at > bindparam("created_after", type_=UTCDateTime))
     if shape.created_before:
         conditions.append(C.created_at < bindparam("created_before", type_=UTCDateTime))
+    conditions += _in_tree(shape.parent)
     return conditions
+
+
+def _in_tree(parent: str) -> list[ColumnElement[bool]]:
+    """A listing's place in the tree: the children of ``:parent_id``, or the roots."""
+    if parent == "child":
+        return [C.parent_id == bindparam("parent_id", type_=C.parent_id.type)]
+    if parent == "root":
+        return [C.parent_id.is_(None)]
+    return []
 
 
 COUNT = literal_column("count", Integer())
@@ -398,12 +436,12 @@ TASK_JSON = literal_column("task", Text())
 def _task_object(rows: Any) -> ColumnElement[Any]:
     """``json_build_object`` of a task's fields from ``rows``, named as ``Task`` names them.
 
-    ``ttl`` is given in seconds, which pydantic reads as a ``timedelta``.
+    ``ttl`` and ``run_timeout`` are given in seconds, which pydantic reads as a ``timedelta``.
     """
     pairs: list[Any] = []
     for column in COLUMNS:
-        if column.key == "ttl_ms":
-            pairs += [_sql_text("ttl"), rows.c.ttl_ms / 1000.0]
+        if column.key in IN_MILLISECONDS:
+            pairs += [_sql_text(IN_MILLISECONDS[column.key]), rows.c[column.key] / 1000.0]
         else:
             pairs += [_sql_text(str(column.key)), rows.c[column.key]]
     return func.json_build_object(*pairs)
@@ -435,8 +473,8 @@ def page_tasks_json(shape: PageShape) -> ClauseElement:
     (``ttl`` in seconds).
     """
     rows = cast(Select[Any], page_tasks(shape)).with_only_columns(
-        *[column for column in COLUMNS if column.key != "ttl_ms"],
-        (C.ttl_ms / 1000.0).label("ttl"),
+        *[column for column in COLUMNS if column.key not in IN_MILLISECONDS],
+        *[(C[key] / 1000.0).label(field) for key, field in IN_MILLISECONDS.items()],
     )
     page = rows.subquery("page_rows")
     newest_first = (page.c.created_at.desc(), page.c.id.desc())
@@ -541,6 +579,7 @@ class WriteShape(NamedTuple):
     watched: bool
     based: bool
     limits: ConcurrencyLimits | None = None
+    hold: bool = False
 
     @classmethod
     def of(
@@ -572,6 +611,7 @@ class WriteShape(NamedTuple):
             watched=watched and not announce,
             based=write.base is not None,
             limits=write.limits,
+            hold=write.hold,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -588,6 +628,9 @@ class WriteShape(NamedTuple):
             params["expected_lease"] = write.expected_lease
         if write.claim is not None:
             params["worker"] = write.claim[0]
+            params["job_timeout_ms"] = (
+                None if write.timeout is None else round(write.timeout.total_seconds() * 1000)
+            )
         if write.base is not None:
             params["base_created_at"] = write.base.created_at
         if write.limits is not None:
@@ -613,8 +656,12 @@ def _assignments(shape: WriteShape, clock: Clock) -> dict[str, Any]:
             "lease_expires_at": clock.later("lease"),
             "attempt": C.attempt + _ONE,
         }
+    if shape.claim:
+        values["run_deadline_at"] = _run_deadline(clock)
     if shape.release:
         values |= {"worker_id": None, "lease_expires_at": None, "published_at": None}
+    if shape.hold:  # the run may still execute: its worker and deadline stay, for the reaper
+        values |= {"lease_expires_at": None, "published_at": None}
     if shape.mark_started:
         values["started_at"] = func.coalesce(C.started_at, now)
     if shape.mark_finished:
@@ -664,6 +711,8 @@ def write_task(
     if shape.claim:
         # Never before its start, on the store's clock, whoever published it early.
         conditions.append(or_(C.run_at.is_(None), C.run_at <= clock.now()))
+        conditions.append(_not_parked())
+        conditions += _within_deadlines(clock)
     if shape.limits is not None:
         conditions += _within(shape.limits)
     # Announce the change in the same statement, hence the same commit.
@@ -686,6 +735,23 @@ def write_task(
         notify = func.pg_notify(_sql_text(NOTIFY_CHANNEL), change)
         notices.append(case((watched, notify)).label("_watched"))
     return update(TABLE).where(*conditions).values(values).returning(*returning, *notices)
+
+
+def _within_deadlines(clock: Clock) -> list[ColumnElement[bool]]:
+    """A claim's deadline terms: not past ``start_by`` unless it started, nor past
+    ``deadline_at`` (the reaper ends such a task)."""
+    now = clock.now()
+    return [
+        or_(C.start_by.is_(None), C.started_at.is_not(None), C.start_by > now),
+        or_(C.deadline_at.is_(None), C.deadline_at > now),
+    ]
+
+
+def _run_deadline(clock: Clock) -> ColumnElement[Any]:
+    """When a claimed run must end: its timeout (the task's, else ``:job_timeout_ms``)
+    from now, and no later than the task's ``deadline_at``; NULL without either."""
+    timeout = func.coalesce(C.run_timeout_ms, bindparam("job_timeout_ms", type_=BigInteger()))
+    return clock.earliest(clock.after_ms(timeout), C.deadline_at)
 
 
 HELD = TABLE.alias("held")
@@ -840,6 +906,7 @@ def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, A
         after=after,
         created_after=query.created_after is not None,
         created_before=query.created_before is not None,
+        parent="any" if query.parent is UNSET else "root" if query.parent is None else "child",
     )
     params: dict[str, Any] = {
         "owner": query.scope.owner,
@@ -849,6 +916,8 @@ def page_shape(query: ListQuery, *, after: bool) -> tuple[PageShape, dict[str, A
         "created_after": query.created_after,
         "created_before": query.created_before,
     }
+    if shape.parent == "child":
+        params["parent_id"] = query.parent
     return shape, params
 
 
@@ -891,9 +960,19 @@ def _unpublished() -> list[ColumnElement[bool]]:
     return [
         C.job,
         C.published_at.is_(None),
-        C.worker_id.is_(None),
-        statuses_in(PENDING_STATUSES),
+        *_pending(),
     ]
+
+
+def _pending() -> list[ColumnElement[bool]]:
+    """The pending rule's terms (:data:`queuestore.store.pending.PENDING_SQL`): a run may
+    claim the row. Spelled as the sweep's partial indexes spell it, which SQLite needs."""
+    return [C.worker_id.is_(None), _not_parked(), statuses_in(PENDING_STATUSES)]
+
+
+def _not_parked() -> ColumnElement[bool]:
+    """Not parked until its child tasks end (``waits_on``)."""
+    return C.waits_on.is_(None)
 
 
 def _admitted(among: SweepFilter | None) -> list[ColumnElement[bool]]:
@@ -935,8 +1014,7 @@ def unpublished(
         select(*COLUMNS)
         .where(
             C.job,
-            statuses_in(PENDING_STATUSES),
-            C.worker_id.is_(None),
+            *_pending(),
             due,
             *_admitted(among),
         )

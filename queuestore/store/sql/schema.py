@@ -57,10 +57,22 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 JsonColumn = JSON().with_variant(JSONB(), "postgresql")
 
+NullableJsonColumn = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""A JSON column where Python's None is SQL's NULL (not the JSON ``null``): tested ``IS NULL``."""
+
 _STATUSES = ", ".join(f"'{status.value}'" for status in TaskStatus)
 
 _LIVE_STATUSES = ", ".join(f"'{status.value}'" for status in sorted(LIVE))
 _LIVE_UNIQUE = f"unique_key IS NOT NULL AND status IN ({_LIVE_STATUSES})"
+
+CHILDREN = "parent_id IS NOT NULL"
+"""A child task's rows: the tree's indexes hold only these."""
+LIVE_CHILDREN = f"parent_id IS NOT NULL AND status IN ({_LIVE_STATUSES})"
+PARKED_ON_CHILDREN = "waits_on IS NOT NULL AND worker_id IS NULL AND status = 'working'"
+"""A run parked until its waited children end (``TaskContext.wait``)."""
+NOT_STARTED_BY = "start_by IS NOT NULL AND status = 'submitted'"
+LIVE_DEADLINES = f"deadline_at IS NOT NULL AND status IN ({_LIVE_STATUSES})"
+RUN_DEADLINES = "run_deadline_at IS NOT NULL AND worker_id IS NOT NULL"
 
 
 NAMING = {
@@ -73,6 +85,17 @@ NAMING = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+
+
+def _partial(name: str, columns: list[str], where: str, *, unique: bool = False) -> Index:
+    """A partial index, its predicate spelled alike on both dialects."""
+    return Index(
+        name,
+        *columns,
+        unique=unique,
+        postgresql_where=text(where),
+        sqlite_where=text(where),
+    )
 
 
 class TaskRow(Base):
@@ -120,6 +143,19 @@ class TaskRow(Base):
     job: Mapped[bool] = mapped_column(Boolean, server_default=true())
     # The W3C trace context of the submit that created it, for the runs to join its trace.
     traceparent: Mapped[str | None] = mapped_column(String(55))
+    # Child tasks: the task whose run spawned it, its key among its parent's
+    # children, and how deep in the tree it is (0 for a root).
+    parent_id: Mapped[str | None] = mapped_column(String(64))
+    spawn_key: Mapped[str | None] = mapped_column(String(256))
+    depth: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    # While its run waits for children: their ids, [] for every child. NULL otherwise.
+    waits_on: Mapped[list[str] | None] = mapped_column(NullableJsonColumn, nullable=True)
+    # Deadlines: not started by start_by, it never runs; live at deadline_at, it
+    # fails; each run may take run_timeout_ms, and the claim sets run_deadline_at.
+    start_by: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    run_timeout_ms: Mapped[int | None] = mapped_column(BigInteger)
+    run_deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         CheckConstraint(f"status IN ({_STATUSES})", name="status"),
@@ -201,6 +237,47 @@ class TaskRow(Base):
             postgresql_where=text("lease_expires_at IS NOT NULL"),
             sqlite_where=text("lease_expires_at IS NOT NULL"),
         ),
+        # The tree: a task's children newest first, one child per key, the live
+        # children of a task (cancel cascades, orphans), the parked parents (wakes).
+        _partial("ix_queuestore_tasks_children", ["parent_id", "created_at", "id"], CHILDREN),
+        _partial(
+            "uq_queuestore_tasks_spawn_key", ["parent_id", "spawn_key"], CHILDREN, unique=True
+        ),
+        _partial("ix_queuestore_tasks_live_children", ["parent_id"], LIVE_CHILDREN),
+        _partial("ix_queuestore_tasks_parked", ["updated_at"], PARKED_ON_CHILDREN),
+        # Deadlines the reaper enforces.
+        _partial("ix_queuestore_tasks_start_by", ["start_by"], NOT_STARTED_BY),
+        _partial("ix_queuestore_tasks_deadline_at", ["deadline_at"], LIVE_DEADLINES),
+        _partial("ix_queuestore_tasks_run_deadline_at", ["run_deadline_at"], RUN_DEADLINES),
+    )
+
+
+class StepRow(Base):
+    """A named step of a task's job, or a durable sleep (:class:`queuestore.core.models.Step`).
+
+    Keyed by the task and the step's name, never by the order of the calls: a
+    deploy that reorders a job's steps keeps every result it recorded. No
+    foreign key (PostgreSQL would refuse to ``TRUNCATE`` the tasks): triggers
+    delete a task's steps with it (migration 0013).
+    """
+
+    __tablename__ = "queuestore_steps"
+
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10), server_default=text("'step'"))
+    status: Mapped[str] = mapped_column(String(10))
+    result: Mapped[Any] = mapped_column(JsonColumn, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(NullableJsonColumn, nullable=True)
+    # The task's run that recorded it, and how many runs did (failures and the last).
+    attempt: Mapped[int] = mapped_column(Integer)
+    tries: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint("kind IN ('step', 'sleep')", name="kind"),
+        CheckConstraint("status IN ('completed', 'failed')", name="status"),
     )
 
 

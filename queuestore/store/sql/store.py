@@ -22,22 +22,32 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Connection, Engine
+from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement, Executable, Select
 
 from queuestore.core.callbacks import Callback, Delivery, DeliveryState
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
-from queuestore.core.errors import StoreUnavailable, TaskConflict
-from queuestore.core.models import Task, TaskStatus
+from queuestore.core.errors import InvalidTaskData, StoreUnavailable, TaskConflict
+from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import CurrentCount, SeriesCount
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.core.workers import Worker
-from queuestore.store.backend import ListQuery, NewTask, SweepFilter, Write, publish_order
+from queuestore.store.backend import (
+    DeadlineKind,
+    ListQuery,
+    NewChild,
+    NewTask,
+    StepOutcome,
+    SweepFilter,
+    Write,
+    publish_order,
+)
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
-from queuestore.store.sql import codec, deliveries, operator, queries
+from queuestore.store.sql import codec, deadlines, deliveries, operator, queries, steps, tree
 from queuestore.store.sql.engine import make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -50,6 +60,43 @@ _KEY_RACES = 3
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+_Statements = Callable[[Executable, Any], list[dict[str, Any]]]
+"""Runs a statement with its parameters (a list of them: executemany) and returns its rows."""
+
+
+def _on(connection: Connection) -> _Statements:
+    """Statements run on an SQLAlchemy connection, in its transaction."""
+
+    def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
+        result = connection.execute(statement, params)
+        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+
+    return run
+
+
+@contextmanager
+def _savepoint(connection: Any) -> Iterator[None]:
+    """A savepoint in the caller's transaction: rolled back to if the block raises."""
+    if isinstance(connection, Session | Connection):
+        with connection.begin_nested():
+            yield
+    else:  # psycopg: a transaction block inside a transaction is a savepoint
+        with connection.transaction():
+            yield
+
+
+def _is_psycopg(connection: object) -> bool:
+    """Whether ``connection`` is a psycopg (3) connection, without importing psycopg."""
+    return any(
+        kind.__module__.startswith("psycopg") and kind.__name__ == "Connection"
+        for kind in type(connection).__mro__
+    )
+
+
+class _Refused(Exception):
+    """A spawn's parent is not the run's to spawn under: roll the transaction back."""
 
 
 class SqlTaskStore(TaskStore):
@@ -203,29 +250,86 @@ class SqlTaskStore(TaskStore):
         raise TaskConflict(f"unique key {new.unique_key!r} kept changing hands", task_id=new.id)
 
     def _insert_many(self, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        with self._transaction() as connection:
+            return self._insert_batch(_on(connection), news)
+
+    def _insert_on(self, connection: Any, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        """Insert ``news`` on the caller's connection, in the caller's transaction.
+
+        ``connection`` is an SQLAlchemy ``Connection`` or ``Session``, or a
+        psycopg ``Connection``, to this store's database. Nothing commits
+        here: the rows commit or roll back with the caller's transaction. A
+        taken id or a held key raises no database error, so the caller's
+        transaction stays usable (the insert skips such rows).
+
+        Raises:
+            InvalidTaskData: ``connection`` is none of those, or to another kind
+                of database.
+            TaskConflict: a ``task_id`` is already taken; nothing is inserted.
+        """
+        run = self._joined(connection)
+        if len(news) == 1:  # one row: a conflict inserted nothing
+            return self._insert_batch(run, news)
+        with _savepoint(connection):  # a conflict takes back the rows inserted before it
+            return self._insert_batch(run, news)
+
+    def _joined(self, connection: Any) -> _Statements:
+        """How to run statements on a caller's connection."""
+        if isinstance(connection, Session):
+            connection = connection.connection()
+        if isinstance(connection, Connection):
+            if connection.dialect.name != self.engine.dialect.name:
+                raise InvalidTaskData(
+                    f"is to {connection.dialect.name}, not to this store's "
+                    f"{self.engine.dialect.name}",
+                    field="connection",
+                )
+            return _on(connection)
+        if self._postgres and _is_psycopg(connection):
+            return self._on_psycopg(connection)
+        raise InvalidTaskData(
+            "must be an SQLAlchemy Connection or Session, or a psycopg Connection, to this "
+            "store's database",
+            field="connection",
+        )
+
+    def _on_psycopg(self, connection: Any) -> _Statements:
+        """Statements run on a psycopg connection, compiled for this store's dialect."""
+
+        def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
+            columns = list(cast(Any, statement).exported_columns)
+            prepared = Prepared(cast(ClauseElement, statement), self.engine.dialect, columns)
+            with connection.cursor() as cursor:
+                cursor.execute(prepared.sql, prepared.arguments(params))
+                rows = cursor.fetchall() if cursor.description else []
+            return prepared.decoded(rows)
+
+        return run
+
+    def _insert_batch(self, run: _Statements, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
+        """Insert ``news`` with ``run``, resolving the rows a unique key or a taken id refused."""
         statement = cast(Executable, queries.insert_tasks(self._clock))
         done: dict[str, tuple[Task, bool]] = {}
-        with self._transaction() as connection:
-            waiting = list(news)
-            for _ in range(_KEY_RACES):
-                inserted = self._insert_rows(connection, statement, waiting)
-                done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
-                waiting = self._held_or_taken(connection, waiting, inserted, done)
-                if not waiting:
-                    return [done[new.id] for new in news]
+        waiting = list(news)
+        for _ in range(_KEY_RACES):
+            inserted = self._insert_rows(run, statement, waiting)
+            done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
+            waiting = self._held_or_taken(run, waiting, inserted, done)
+            if not waiting:
+                return [done[new.id] for new in news]
         raise TaskConflict("unique keys kept changing hands during the insert")
 
     def _insert_rows(
-        self, connection: Connection, statement: Executable, news: Sequence[NewTask]
+        self, run: _Statements, statement: Executable, news: Sequence[NewTask]
     ) -> dict[str, Task]:
         """Insert ``news`` in multi-row statements; the tasks inserted, by id."""
         fields = [self._row_params(new) for new in news]
         if self._postgres:  # one statement, the rows as one JSON array
-            rows = connection.execute(statement, {"rows": fields}).mappings().all()
+            rows = run(statement, {"rows": fields})
         else:
             now = datetime.now(UTC)
             stamped = [row | {"created_at": now + i * _TICK} for i, row in enumerate(fields)]
-            rows = connection.execute(statement, stamped).mappings().all()
+            rows = run(statement, stamped)
         by_id = {new.id: new for new in news}
         return {
             row["id"]: replace(
@@ -236,7 +340,7 @@ class SqlTaskStore(TaskStore):
 
     def _held_or_taken(
         self,
-        connection: Connection,
+        run: _Statements,
         news: Sequence[NewTask],
         inserted: Mapping[str, Task],
         done: dict[str, tuple[Task, bool]],
@@ -249,23 +353,22 @@ class SqlTaskStore(TaskStore):
                 continue
             holder = None
             if new.unique_key is not None:
-                rows = connection.execute(
+                rows = run(
                     cast(Executable, queries.key_holder(new.owner is not None)),
                     {"owner": new.owner, "unique_key": new.unique_key},
-                ).mappings()
-                holder = next((codec.task(dict(row)) for row in rows), None)
+                )
+                holder = next((codec.task(row) for row in rows), None)
             if holder is not None and holder.id != new.id:
                 done[new.id] = (holder, False)
-            elif holder is not None or self._id_taken(connection, new.id):
+            elif holder is not None or self._id_taken(run, new.id):
                 raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
             else:
                 again.append(new)  # its key's holder ended in between
         return again
 
     @staticmethod
-    def _id_taken(connection: Connection, task_id: str) -> bool:
-        rows = connection.execute(cast(Executable, queries.fetch_task("any")), {"task_id": task_id})
-        return rows.first() is not None
+    def _id_taken(run: _Statements, task_id: str) -> bool:
+        return bool(run(cast(Executable, queries.fetch_task("any")), {"task_id": task_id}))
 
     def _key_holder(self, owner: str | None, unique_key: str) -> Task | None:
         params = {"owner": owner, "unique_key": unique_key}
@@ -295,13 +398,16 @@ class SqlTaskStore(TaskStore):
             "input": new.input,
             "owner": new.owner,
             "context_id": new.context_id,
-            "ttl_ms": None if new.ttl is None else round(new.ttl.total_seconds() * 1000),
+            "ttl_ms": _milliseconds(new.ttl),
             "metadata": new.metadata,
             "job": new.job,
             "run_at": new.run_at,
             "unique_key": new.unique_key,
             "priority": new.priority,
             "traceparent": new.traceparent,
+            "start_by": new.start_by,
+            "deadline_at": new.deadline_at,
+            "run_timeout_ms": _milliseconds(new.run_timeout),
         }
 
     def _fetch(self, task_id: str, scope: OwnerScope) -> Task | None:
@@ -353,6 +459,192 @@ class SqlTaskStore(TaskStore):
         params |= self._clock_params(lease)
         rows = self._executor.rows(prepared, params, read=False)
         return codec.task_after_write(write.base, rows[0], sent) if rows else None
+
+    def _record_step(self, task_id: str, worker_id: str, outcome: StepOutcome) -> Step | None:
+        # The result comes back only where jsonb would not store it as sent.
+        with_result = self._postgres and not codec.stored_as_sent(outcome.result)
+        columns = steps.recorded(with_result=with_result)
+        insert = self._executor.prepare(
+            ("insert_step", with_result),
+            lambda: steps.insert_step(self._clock, with_result=with_result),
+            columns,
+        )
+        error = None if outcome.error is None else outcome.error.model_dump(mode="json")
+        params = {
+            "task_id": task_id,
+            "worker": worker_id,
+            "name": outcome.name,
+            "kind": outcome.kind.value,
+            "status": outcome.status.value,
+            "result": outcome.result,
+            "error": error,
+        } | self._clock.params(back=-outcome.elapsed)
+        try:
+            rows = self._executor.rows(insert, params, read=False)
+        except self.engine.dialect.loaded_dbapi.IntegrityError:  # recorded before
+            record = self._executor.prepare(
+                ("record_step", with_result),
+                lambda: steps.record_step(self._clock, with_result=with_result),
+                columns,
+            )
+            rows = self._executor.rows(record, params, read=False)
+        if not rows:
+            return None
+        row = rows[0]
+        # Every value is checked already, or the database's (aware UTC timestamps).
+        return Step.model_construct(
+            name=outcome.name,
+            kind=outcome.kind,
+            status=outcome.status,
+            result=row["result"] if with_result else outcome.result,
+            error=outcome.error,
+            attempt=row["attempt"],
+            tries=row["tries"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+
+    def _spawn(
+        self, parent_id: str, worker_id: str, children: Sequence[NewChild], max_depth: int
+    ) -> list[tuple[Task, bool]] | None:
+        spawn = cast(Executable, tree.spawn_child(self._clock))
+        try:
+            with self._transaction() as connection:
+                if self._postgres:  # a cancel of the parent waits for its children
+                    connection.execute(
+                        cast(Executable, tree.lock_parent()), {"parent_id": parent_id}
+                    )
+                now = datetime.now(UTC)
+                inserted: dict[str, Task] = {}
+                for index, new in enumerate(children):
+                    params = self._child_params(new, parent_id, worker_id, max_depth)
+                    params["created_at"] = now + index * _TICK
+                    row = connection.execute(spawn, params).mappings().first()
+                    if row is not None:
+                        inserted[new.spawn_key] = codec.task(dict(row))
+                parent = (
+                    connection.execute(
+                        cast(Executable, tree.parent_row()), {"parent_id": parent_id}
+                    )
+                    .mappings()
+                    .first()
+                )
+                held = parent is not None and codec.task(dict(parent))
+                if not held or held.worker_id != worker_id or held.status is not TaskStatus.WORKING:
+                    raise _Refused
+                if held.depth >= max_depth:
+                    raise _Refused
+                return self._spawned(connection, parent_id, children, inserted)
+        except _Refused:
+            return None
+
+    def _spawned(
+        self,
+        connection: Connection,
+        parent_id: str,
+        children: Sequence[NewChild],
+        inserted: Mapping[str, Task],
+    ) -> list[tuple[Task, bool]]:
+        """Each child as inserted, or as the child holding its key; one of another job raises."""
+        keys = [new.spawn_key for new in children if new.spawn_key not in inserted]
+        held: dict[str, Task] = {}
+        if keys:
+            rows = connection.execute(
+                cast(Executable, tree.children_by_key(self._clock)),
+                {"parent_id": parent_id, "keys": keys},
+            ).mappings()
+            held = {row["spawn_key"]: codec.task(dict(row)) for row in rows}
+        spawned = []
+        for new in children:
+            if new.spawn_key in inserted:
+                spawned.append((inserted[new.spawn_key], True))
+                continue
+            holder = held.get(new.spawn_key)
+            if holder is None:  # its id was taken: a fresh random id never is
+                raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id)
+            if holder.name != new.name:
+                raise InvalidTaskData(
+                    f"{new.spawn_key!r} is the key of child {holder.id!r} of job "
+                    f"{holder.name!r}, not {new.name!r}",
+                    field="key",
+                    task_id=holder.id,
+                )
+            spawned.append((holder, False))
+        return spawned
+
+    @staticmethod
+    def _child_params(
+        new: NewChild, parent_id: str, worker_id: str, max_depth: int
+    ) -> dict[str, Any]:
+        return {
+            "parent_id": parent_id,
+            "worker": worker_id,
+            "max_depth": max_depth,
+            "id": new.id,
+            "name": new.name,
+            "input": new.input,
+            "context_id": new.context_id,
+            "ttl_ms": _milliseconds(new.ttl),
+            "metadata": new.metadata,
+            "run_at": new.run_at,
+            "priority": new.priority,
+            "spawn_key": new.spawn_key,
+            "start_by": new.start_by,
+            "deadline_at": new.deadline_at,
+            "run_timeout_ms": _milliseconds(new.run_timeout),
+        }
+
+    def _park(
+        self, task_id: str, worker_id: str, message: str | None, waits_on: Sequence[str]
+    ) -> Task | None:
+        params: dict[str, Any] = {"task_id": task_id, "fence": worker_id, "message": message}
+        params["waits_on"] = list(waits_on)
+        build = functools.partial(tree.park, self._clock)
+        return self._run("park", build, params)
+
+    def _wake(self, task_ids: Sequence[str] | None, limit: int) -> list[Task]:
+        given = task_ids is not None
+        prepared = self._executor.prepare(
+            ("wake", given), lambda: tree.wake(self._clock, given=given)
+        )
+        params: dict[str, Any] = self._clock_params()
+        if task_ids is None:
+            params["limit"] = limit
+        else:
+            params["task_ids"] = list(task_ids)
+        woken = codec.tasks(self._executor.rows(prepared, params, read=False))
+        return sorted(woken, key=lambda task: task.updated_at)
+
+    def _cancel_descendants(self, task_id: str, reason: str) -> list[Task]:
+        prepared = self._executor.prepare(
+            "cancel_descendants", lambda: tree.cancel_descendants(self._clock)
+        )
+        params = {"task_id": task_id, "reason": reason} | self._clock_params()
+        return codec.tasks(self._executor.rows(prepared, params, read=False))
+
+    def _orphans(self, limit: int) -> list[Task]:
+        return self._rows(tree.orphans(limit))
+
+    def _past_deadlines(
+        self, kind: DeadlineKind, now: datetime | None, limit: int, ago: timedelta = timedelta(0)
+    ) -> list[Task]:
+        before = self._clock.earlier(self._clock.at(now), ago)
+        return self._rows(deadlines.past(kind, before, limit))
+
+    def _release_held(self, task_id: str, worker_id: str) -> bool:
+        prepared = self._executor.prepare("release_held", deadlines.release_held, [queries.C.id])
+        params = {"task_id": task_id, "worker": worker_id}
+        return bool(self._executor.rows(prepared, params, read=False))
+
+    def _steps(self, task_id: str, scope: OwnerScope) -> list[Step] | None:
+        kind = queries.scope_kind(scope)
+        prepared = self._executor.prepare(
+            ("steps", kind), lambda: steps.task_steps(kind), steps.STEP_COLUMNS
+        )
+        rows = self._executor.rows(prepared, {"task_id": task_id, "owner": scope.owner}, read=True)
+        if not rows:
+            return None
+        return [codec.step(row) for row in rows if row["name"] is not None]
 
     def _page(self, query: ListQuery, after: CursorKey | None, limit: int) -> list[Task]:
         shape, params = queries.page_shape(query, after=after is not None)
@@ -637,3 +929,8 @@ class SqlTaskStore(TaskStore):
                 yield listen
             finally:
                 connection.exec_driver_sql(f"UNLISTEN {channel}")
+
+
+def _milliseconds(duration: timedelta | None) -> int | None:
+    """A duration as a column of milliseconds holds it."""
+    return None if duration is None else round(duration.total_seconds() * 1000)
