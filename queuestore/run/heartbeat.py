@@ -205,6 +205,8 @@ class _WorkerSignals:
 
     def __init__(self, app: Celery) -> None:
         self.app = app
+        self.worker = False
+        """Whether this process is (or was forked from) a worker of ``app``."""
 
     def publisher(self) -> Publisher | None:
         try:
@@ -215,12 +217,14 @@ class _WorkerSignals:
     def describe(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not self.app:
             return
+        self.worker = True  # a forked pool process inherits it
         pool = sender.pool_cls
         named = pool if isinstance(pool, str) else pool.__module__.rpartition(".")[2]
         CELERY_WORKER.update(node=sender.hostname, pool=named, concurrency=sender.concurrency)
 
     def start(self, **_: Any) -> None:
-        found = self.publisher()
+        # worker_process_init names no app: only the app this worker runs beats.
+        found = self.publisher() if self.worker else None
         if found is not None:
             Heartbeat.of(found).start()
 
