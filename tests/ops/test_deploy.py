@@ -253,7 +253,7 @@ def test_migrate_service_migrates(stack: Stack) -> None:
 def test_worker_and_beat_services_run_a_job(stack: Stack) -> None:
     port = free_port()
     worker = stack.start("worker", QUEUESTORE_METRICS_PORT=str(port))
-    beat = stack.start("beat")
+    beat = stack.start("beat", QUEUESTORE_LOG_LEVEL="DEBUG")  # beat's sends are DEBUG lines
     wait_for(lambda: "ready." in worker.text(), timeout=90, what="the worker", logs=[worker])
     wait_for(lambda: port_open(port), timeout=30, what="worker metrics", logs=[worker])
     settings = stack.settings("worker")

@@ -427,7 +427,10 @@ def test_the_tutorial_runs_as_typed(reader: Reader) -> None:
     assert code == 0
     api = f"http://127.0.0.1:{reader.ports['8000']}"
     signed = {"Authorization": f"Bearer {TOKEN}"}
-    assert httpx.get(f"{api}/whoami", headers=signed).json() == {"principal": PRINCIPAL}
+    assert httpx.get(f"{api}/whoami", headers=signed).json() == {
+        "principal": PRINCIPAL,
+        "admin": False,
+    }
     listed = httpx.get(f"{api}/tasks", headers=signed).json()["tasks"]
     assert task_id in [task["id"] for task in listed]
     assert {task["owner"] for task in listed} == {PRINCIPAL}
