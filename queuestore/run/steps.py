@@ -44,8 +44,13 @@ T = TypeVar("T")
 __all__ = ["StepLog", "error_of", "step"]
 
 
-def error_of(exc: BaseException) -> TaskError:
-    """The :class:`TaskError` an exception of a job (or of a step) is recorded as."""
+def error_of(exc: BaseException, attempt: int | None = None) -> TaskError:
+    """The :class:`TaskError` an exception of a job (or of a step) is recorded as.
+
+    Args:
+        exc: what the job (or the step) raised.
+        attempt: the run that raised it (``Task.attempt``), where known.
+    """
     kind = type(exc)
     qualified = (
         kind.__qualname__
@@ -53,7 +58,8 @@ def error_of(exc: BaseException) -> TaskError:
         else (f"{kind.__module__}.{kind.__qualname__}")
     )
     # The message is the job's text: keep it storable (PostgreSQL refuses NUL).
-    return TaskError(type=qualified, message=str(exc).replace("\x00", "\ufffd")[:10_000])
+    message = str(exc).replace("\x00", "\ufffd")[:10_000]
+    return TaskError(type=qualified, message=message, attempt=attempt)
 
 
 class StepLog:
@@ -149,7 +155,7 @@ class StepLog:
             value = body(*args, **kwargs)
         except Exception as exc:
             self.depth -= 1
-            self.record(_ended(checked, started, error=error_of(exc)))
+            self.record(_ended(checked, started, error=error_of(exc, self._run.task.attempt)))
             raise
         except BaseException:  # a stop (cancel, time-out) or a suspend: nothing to record
             self.depth -= 1
