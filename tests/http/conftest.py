@@ -1,9 +1,9 @@
 """Fixtures of the HTTP API tests: one deployment, one worker, API servers as processes.
 
 The deployment (a fresh PostgreSQL database, Redis, a queue of its own) and
-its prefork worker are shared by every test of the session; servers run
+its prefork worker are shared by every test of the package; servers run
 ``python -m queuestore serve`` on a free loopback port, each stopped at the
-end of the session (or of the test that started it).
+end of the package (or of the test that started it).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from tests.http.http_deployment import TRUSTED_HEADER, Api, HttpDeployment
 from tests.integration.harness import Deployment
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def make_deployment(
     shared: ModuleType, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[[], HttpDeployment]]:
-    """Builds deployments on a fresh PostgreSQL database and Redis, stopped with the session."""
+    """Builds deployments on a fresh PostgreSQL database and Redis, stopped with the package."""
     with ExitStack() as stack:
         built: list[Deployment] = []
 
@@ -51,7 +51,7 @@ def make_deployment(
                     connection.default_channel.client.delete(deployment.queue_name)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg(make_deployment: Callable[[], HttpDeployment]) -> HttpDeployment:
     """The deployment every module shares, with one prefork worker."""
     made = make_deployment()
@@ -59,7 +59,7 @@ def pg(make_deployment: Callable[[], HttpDeployment]) -> HttpDeployment:
     return made
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api(pg: HttpDeployment) -> Api:
     """The API server of the shared deployment: static tokens and a trusted header."""
     return pg.start_api(QUEUESTORE_HTTP_TRUSTED_HEADER=TRUSTED_HEADER)

@@ -31,9 +31,9 @@ from tests.integration.harness import (
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg_database(shared: ModuleType) -> Iterator[Callable[[], str]]:
-    """Makes fresh PostgreSQL databases, dropped at the end of the session."""
+    """Makes fresh PostgreSQL databases, dropped when the package's tests end."""
     with ExitStack() as stack:
 
         def make() -> str:

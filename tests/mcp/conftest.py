@@ -2,7 +2,7 @@
 
 One deployment (PostgreSQL + Redis, a prefork worker with embedded beat) is
 shared by the MCP tests; servers are started per module or test, and every
-process is stopped when the session ends.
+process is stopped when the package's tests end.
 Processes come from the integration harness (``tests/integration/harness.py``).
 """
 
@@ -18,11 +18,11 @@ from tests.integration.harness import Deployment
 from tests.mcp.mcp_support import McpDeployment
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def make_deployment(
     shared: ModuleType, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., McpDeployment]]:
-    """Builds deployments (``postgres`` + Redis, or ``sqlite`` + filesystem), for the session."""
+    """Builds deployments (``postgres`` + Redis, or ``sqlite`` + filesystem), for the package."""
     with ExitStack() as stack:
         built: list[Deployment] = []
 
@@ -47,7 +47,7 @@ def make_deployment(
                 deployment.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg(make_deployment: Callable[..., McpDeployment]) -> McpDeployment:
     """The PostgreSQL deployment of all modules; one worker, its beat cleaning each second."""
     made = make_deployment(

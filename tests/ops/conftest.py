@@ -26,9 +26,9 @@ from tests.ops.ops_support import (
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pg_database(shared: ModuleType) -> Iterator[Callable[[], str]]:
-    """Makes fresh PostgreSQL databases, dropped at the end of the session."""
+    """Makes fresh PostgreSQL databases, dropped when the package's tests end."""
     with ExitStack() as stack:
 
         def make() -> str:
@@ -38,7 +38,7 @@ def pg_database(shared: ModuleType) -> Iterator[Callable[[], str]]:
         yield make
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ops(
     shared: ModuleType,
     pg_database: Callable[[], str],
