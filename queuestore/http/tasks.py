@@ -168,7 +168,7 @@ def check_job_name(service: Service, name: str) -> None:
         )
 
 
-@router.get("", responses=responses(400, 401, 422, 503))
+@router.get("", responses=responses(400, 401, 403, 422, 503))
 async def list_tasks(
     *,
     request: Request,

@@ -2,7 +2,7 @@
 
 Every schema-valid request must be accepted (``positive_data_acceptance``): the
 document states each limit the server enforces. The run is derandomized
-(a fixed seed) with a bounded number of examples per operation, 1050 in all.
+(a fixed seed) with a bounded number of examples per operation, 1400 in all.
 
 The servers run on a deployment of their own (a fresh database, a queue with no
 worker), so the generated tasks never meet the other tests' assertions: one
@@ -41,7 +41,7 @@ CALLBACK_URL = "https://93.184.216.34/hook"
 """A callback URL every deployment accepts: a public address, with no name to resolve."""
 
 EXAMPLES = 70
-"""Examples per operation: 910 cases over the thirteen operations, 140 over the creates
+"""Examples per operation: 1260 cases over the eighteen operations, 140 over the creates
 of the server that knows the jobs."""
 
 
@@ -81,10 +81,14 @@ OPERATIONS = [
     "POST /tasks/{task_id}/cancel",
     "POST /tasks/{task_id}/resume",
     "GET /tasks/{task_id}/steps",
+    "GET /tasks/{task_id}/timeline",
+    "POST /tasks/{task_id}/resubmit",
     "GET /tasks/{task_id}/deliveries",
     "POST /tasks/{task_id}/deliveries/{delivery_id}/redeliver",
     "DELETE /tasks/{task_id}",
     "GET /whoami",
+    "GET /operator/overview",
+    "GET /operator/workers",
     "GET /livez",
     "GET /readyz",
 ]
