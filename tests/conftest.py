@@ -21,6 +21,7 @@ import pytest
 from celery import Celery
 from kombu import Connection
 from sqlalchemy import URL, Engine, create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 from queuestore import InMemoryTaskStore, SqlTaskStore, TaskStore, make_engine
 from tests.celery_support import Published
@@ -34,6 +35,22 @@ BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postg
 """The stores every contract test runs against."""
 
 StoreFactory = Callable[..., TaskStore]
+
+SHARED_DEPLOYMENTS = frozenset({"http", "mcp", "ops"})
+"""Folders whose tests share one deployment (a database, a worker, servers), built once
+per folder: under pytest-xdist each of them runs on one worker."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group tests for pytest-xdist (``--dist loadgroup``): a folder that shares one
+    deployment stays on one worker, and any other test file stays together, so its
+    module fixtures are built once."""
+    tests = Path(__file__).parent
+    for item in items:
+        path = Path(item.path).relative_to(tests)
+        folder = path.parts[0] if len(path.parts) > 1 else ""
+        group = folder if folder in SHARED_DEPLOYMENTS else path.as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def require_service(name: str, check: Callable[[], object]) -> None:
@@ -121,10 +138,13 @@ def terminate_connections(database: str) -> int:
 def fresh_pg_database(prefix: str = "queuestore_test") -> Iterator[URL]:
     """A new, empty PostgreSQL database, dropped (with its connections) on exit."""
     admin_url = pg_admin_url()
+    # No pool: the admin connection closes after each statement instead of staying
+    # idle beside the database for as long as it lives.
     admin = create_engine(
         admin_url,
         isolation_level="AUTOCOMMIT",
         connect_args={"connect_timeout": 5},
+        poolclass=NullPool,
     )
     try:
         require_service("PostgreSQL", lambda: admin.connect().close())
