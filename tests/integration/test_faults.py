@@ -170,7 +170,8 @@ def test_a_task_submitted_while_the_broker_is_down_is_published_once_it_is_back(
 ) -> None:
     # own_redis first: it is torn down last, after the worker stopped cleanly.
     stack = deployment(own_redis.url, "postgres")
-    worker = stack.start_worker(beat=True)
+    # At DEBUG, Celery's line for each sweep is written even when it finds nothing.
+    worker = stack.start_worker(beat=True, options=["--loglevel=DEBUG"])
     own_redis.stop()
 
     with caplog.at_level(logging.WARNING, logger="queuestore.submit.queue"):
