@@ -281,6 +281,8 @@ def test_worker_and_beat_services_run_a_job(stack: Stack) -> None:
 
 def test_api_service_is_ready_on_its_port(stack: Stack) -> None:
     assert "serve" in cli_commands(), "the api service runs `queuestore serve`"
+    migrate = stack.start("migrate")  # the api depends on it, as in compose
+    assert migrate.process.wait(timeout=120) == 0, migrate.tail()
     port = free_port()
     api = stack.start("api", replace={"8000": str(port)})
     wait_for(lambda: port_open(port), timeout=90, what="the API", logs=[api])
