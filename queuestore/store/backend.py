@@ -102,21 +102,28 @@ class NewTask:
     run_timeout: timedelta | None = None
     """How long each run may take; None: its job's timeout."""
 
-    def stamped(self, now: datetime) -> Task:
+    def stamped(
+        self,
+        now: datetime,
+        *,
+        input: dict[str, JsonValue] | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
 
         Every store inserts exactly this row, so a store need not read back
         what it wrote to return it: only the clock's ``now``, and the documents
-        where its database rewrites them (``SqlTaskStore``).
+        where its database rewrites them (``input`` and ``metadata``, as
+        ``SqlTaskStore`` reads them back).
         """
         return Task(
             id=self.id,
             name=self.name,
-            input=self.input,
+            input=self.input if input is None else input,
             owner=self.owner,
             context_id=self.context_id,
             ttl=self.ttl,
-            metadata=self.metadata,
+            metadata=self.metadata if metadata is None else metadata,
             created_at=now,
             updated_at=now,
             run_at=self.run_at,

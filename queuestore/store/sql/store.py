@@ -71,7 +71,7 @@ def _on(connection: Connection) -> _Statements:
 
     def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
         result = connection.execute(statement, params)
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+        return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
 
     return run
 
@@ -308,33 +308,40 @@ class SqlTaskStore(TaskStore):
 
     def _insert_batch(self, run: _Statements, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
         """Insert ``news`` with ``run``, resolving the rows a unique key or a taken id refused."""
-        statement = cast(Executable, queries.insert_tasks(self._clock))
         done: dict[str, tuple[Task, bool]] = {}
         waiting = list(news)
         for _ in range(_KEY_RACES):
-            inserted = self._insert_rows(run, statement, waiting)
+            inserted = self._insert_rows(run, waiting)
             done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
             waiting = self._held_or_taken(run, waiting, inserted, done)
             if not waiting:
                 return [done[new.id] for new in news]
         raise TaskConflict("unique keys kept changing hands during the insert")
 
-    def _insert_rows(
-        self, run: _Statements, statement: Executable, news: Sequence[NewTask]
-    ) -> dict[str, Task]:
-        """Insert ``news`` in multi-row statements; the tasks inserted, by id."""
+    def _insert_rows(self, run: _Statements, news: Sequence[NewTask]) -> dict[str, Task]:
+        """Insert ``news`` in multi-row statements; the tasks inserted, by id.
+
+        On PostgreSQL the documents are read back only when one of them may not
+        come back as sent (:func:`codec.stored_as_sent`): decoding them is a
+        third of a bulk insert's time.
+        """
         fields = [self._row_params(new) for new in news]
         if self._postgres:  # one statement, the rows as one JSON array
-            rows = run(statement, {"rows": fields})
+            documents = not all(
+                codec.stored_as_sent(new.input) and codec.stored_as_sent(new.metadata)
+                for new in news
+            )
+            statement = queries.insert_tasks(self._clock, documents=documents)
+            rows = run(cast(Executable, statement), {"rows": fields})
         else:
             now = datetime.now(UTC)
             stamped = [row | {"created_at": now + i * _TICK} for i, row in enumerate(fields)]
-            rows = run(statement, stamped)
+            rows = run(cast(Executable, queries.insert_tasks(self._clock)), stamped)
         by_id = {new.id: new for new in news}
         return {
-            row["id"]: replace(
-                by_id[row["id"]], input=row["input"], metadata=row["metadata"]
-            ).stamped(row["created_at"])
+            row["id"]: by_id[row["id"]].stamped(
+                row["created_at"], input=row.get("input"), metadata=row.get("metadata")
+            )
             for row in rows
         }
 
@@ -386,8 +393,7 @@ class SqlTaskStore(TaskStore):
         except dbapi.IntegrityError as exc:
             raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id) from exc
         (row,) = rows
-        kept = replace(new, input=row["input"], metadata=row["metadata"])
-        return kept.stamped(row["created_at"])
+        return new.stamped(row["created_at"], input=row["input"], metadata=row["metadata"])
 
     @staticmethod
     def _row_params(new: NewTask) -> dict[str, Any]:
