@@ -811,8 +811,9 @@ class SqlTaskStore(TaskStore):
 
     @contextmanager
     def subscribe_deliveries(self) -> Iterator[Listener]:
-        """Committed deliveries via LISTEN on PostgreSQL; plain sleeping on SQLite."""
-        if not self._postgres:
+        """Committed deliveries via LISTEN on PostgreSQL; plain sleeping otherwise."""
+        if not self._listen:
+            self._tell_polling()
             with super().subscribe_deliveries() as listen:
                 yield listen
             return
