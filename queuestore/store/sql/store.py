@@ -65,14 +65,17 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-_Statements = Callable[[Executable, Any], list[dict[str, Any]]]
-"""Runs a statement with its parameters (a list of them: executemany) and returns its rows."""
+_Statements = Callable[[Executable | Prepared, Any], list[dict[str, Any]]]
+"""Runs a statement with its parameters (a list of them: executemany) and returns its rows;
+a :class:`Prepared` one on the driver's own cursor."""
 
 
 def _on(connection: Connection) -> _Statements:
     """Statements run on an SQLAlchemy connection, in its transaction."""
 
-    def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
+    def run(statement: Executable | Prepared, params: Any) -> list[dict[str, Any]]:
+        if isinstance(statement, Prepared):
+            return statement.all(connection, params)
         result = connection.execute(statement, params)
         return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
 
@@ -324,9 +327,12 @@ class SqlTaskStore(TaskStore):
     def _on_psycopg(self, connection: Any) -> _Statements:
         """Statements run on a psycopg connection, compiled for this store's dialect."""
 
-        def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
-            columns = list(cast(Any, statement).exported_columns)
-            prepared = Prepared(cast(ClauseElement, statement), self.engine.dialect, columns)
+        def run(statement: Executable | Prepared, params: Any) -> list[dict[str, Any]]:
+            if isinstance(statement, Prepared):
+                prepared = statement
+            else:
+                columns = list(cast(Any, statement).exported_columns)
+                prepared = Prepared(cast(ClauseElement, statement), self.engine.dialect, columns)
             with connection.cursor() as cursor:
                 cursor.execute(prepared.sql, prepared.arguments(params))
                 rows = cursor.fetchall() if cursor.description else []
@@ -359,8 +365,14 @@ class SqlTaskStore(TaskStore):
                 codec.stored_as_sent(new.input) and codec.stored_as_sent(new.metadata)
                 for new in news
             )
-            statement = queries.insert_tasks(self._clock, documents=documents)
-            rows = run(cast(Executable, statement), {"rows": fields})
+            # Compiled once, run on the driver's cursor: SQLAlchemy's own execution
+            # doubled a bulk insert's time.
+            statement = self._executor.prepare(
+                ("insert_many", documents),
+                lambda: queries.insert_tasks(self._clock, documents=documents),
+                [queries.C.id, *(queries.INSERTED if documents else queries.INSERTED[:1])],
+            )
+            rows = run(statement, {"rows": fields})
         else:
             now = datetime.now(UTC)
             stamped = [row | {"created_at": now + i * _TICK} for i, row in enumerate(fields)]
