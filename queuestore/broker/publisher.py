@@ -188,8 +188,7 @@ class Publisher:
             return
         finally:
             connection.release()
-        for task in tasks:
-            self.marks.add(task)
+        self.marks.add_many(tasks)
 
     def _push_templated(self, tasks: list[Task], producer: Any) -> list[Task]:
         """Push the messages :mod:`~queuestore.broker.bulk` can make from a template, in
