@@ -132,6 +132,22 @@ class Settings(BaseSettings):
 
     home: Path = Field(EMBEDDED_HOME, description="Folder of the embedded database and broker.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite in home.")
+    database_pool_size: int = Field(
+        2,
+        ge=1,
+        description="PostgreSQL connections each process keeps (its threads share them), "
+        "beside one per LISTEN.",
+    )
+    database_prepare: bool = Field(
+        True,
+        description="Let psycopg prepare statements it runs often; false behind PgBouncer "
+        "before 1.21 in transaction mode.",
+    )
+    database_listen: bool = Field(
+        True,
+        description="Wake waiters with LISTEN/NOTIFY; false behind a pooler in transaction "
+        "mode (PgBouncer): they poll.",
+    )
     broker_url: str = Field("filesystem://", description="Celery broker URL.")
     require_owner: bool = Field(
         False, description="Refuse tasks without an owner; anonymous callers see nothing."
@@ -389,6 +405,9 @@ class Settings(BaseSettings):
         # Built from the URL, the store owns its engine: close() releases the pool.
         store = SqlTaskStore(
             self.resolved_database_url,
+            pool_size=self.database_pool_size,
+            prepare=self.database_prepare,
+            listen=self.database_listen,
             url_policy=self.url_policy,
             require_owner=self.require_owner,
             max_payload_bytes=self.max_payload_bytes,

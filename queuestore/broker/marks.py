@@ -60,12 +60,17 @@ class PublishMarks:
 
     def add(self, task: Task) -> None:
         """Mark ``task`` as published after ``delay``, unless it moved on by then."""
+        self.add_many([task])
+
+    def add_many(self, tasks: list[Task]) -> None:
+        """:meth:`add` for each of ``tasks``, under one lock."""
         now = time.monotonic()
+        due = now + self.delay
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child: the parent's marks are the parent's to write.
                 self._pid, self._pending, self._thread = os.getpid(), deque(), None
-            self._pending.append(_Mark(now + self.delay, task.id, task.version))
+            self._pending.extend(_Mark(due, task.id, task.version) for task in tasks)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="queuestore-publish-marks", daemon=True

@@ -11,6 +11,7 @@ to a Celery app under one queue's :class:`~queuestore.core.options.QueueOptions`
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import weakref
@@ -22,6 +23,7 @@ from celery import Celery
 from kombu import exceptions as kombu_errors
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from queuestore.broker import bulk
 from queuestore.broker.after_commit import AfterCommit
 from queuestore.broker.marks import PublishMarks
 from queuestore.broker.transports import broker_priority, follow_lease
@@ -152,7 +154,9 @@ class Publisher:
     def publish_many(self, tasks: list[Task]) -> None:
         """Publish the messages of ``tasks`` in kombu's publish batches on one connection.
 
-        On Redis a batch is one pipeline of commands per :data:`_PUBLISH_BATCH`
+        On Redis the messages of new tasks are made from one template per job
+        and pushed in one pipeline (:mod:`~queuestore.broker.bulk`); otherwise
+        a batch is one pipeline of commands per :data:`_PUBLISH_BATCH`
         messages (kombu's ``Producer.batch``, kombu 5.7 and later; other
         transports and older kombus publish each at once). Only once every
         message went out are the publish marks taken: if the broker fails part
@@ -174,16 +178,48 @@ class Publisher:
             *connection.channel_errors,
         )
         try:
-            with self.app.producer_or_acquire() as producer, _batch(producer):
-                for task in tasks:
-                    self.publish(task, countdown=countdown_for(task, None), producer=producer)
+            with self.app.producer_or_acquire() as producer:
+                rest = self._push_templated(tasks, producer)
+                with _batch(producer):
+                    for task in rest:
+                        self.publish(task, countdown=countdown_for(task, None), producer=producer)
         except failures as exc:
             log.warning("%d submitted tasks stay queued in the store: %s", len(tasks), exc)
             return
         finally:
             connection.release()
+        self.marks.add_many(tasks)
+
+    def _push_templated(self, tasks: list[Task], producer: Any) -> list[Task]:
+        """Push the messages :mod:`~queuestore.broker.bulk` can make from a template, in
+        one pipeline; the tasks left for ``send_task`` (all of them where it cannot)."""
+        if len(tasks) < 2 or not bulk.usable(self.app, producer):
+            return tasks
+        templates: dict[tuple[str, int], bulk.Template | None] = {}
+        messages: list[tuple[str, str]] = []
+        rest: list[Task] = []
         for task in tasks:
-            self.marks.add(task)
+            shape = bulk.shape(task)
+            if countdown_for(task, None) is not None:
+                rest.append(task)
+            elif shape in templates:
+                made = templates[shape]
+                if made is None:
+                    rest.append(task)
+                else:
+                    messages.append((made.key, made.text(task.id)))
+            else:
+                caught = bulk.catch(
+                    producer, functools.partial(self.publish, task, producer=producer), task.id
+                )
+                templates[shape] = None if isinstance(caught, bool) else caught
+                if isinstance(caught, bulk.Template):
+                    messages.append((caught.key, caught.text(task.id)))
+                elif not caught:
+                    rest.append(task)  # its message was made and dropped: send it
+        if messages:
+            bulk.push(producer, messages)
+        return rest
 
     def admitted(self, tasks: list[Task]) -> list[Task]:
         """Of new tasks to publish, those their owners' and jobs' free slots admit, in order.

@@ -673,6 +673,90 @@ def tasks_submit(
         _console().print(f"{task.id} {task.status}{starts}")
 
 
+@tasks.command("submit-many")
+def tasks_submit_many(
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE",
+            help='JSON lines, one task a line: {"name": "reports.build", "input": {...}}; '
+            "- reads standard input.",
+        ),
+    ],
+    *,
+    url: UrlOption = None,
+    celery_app: AppOption = "workers",
+    as_json: JsonOption = False,
+) -> None:
+    """Submit many tasks in one transaction, then publish their jobs; print each id and status.
+
+    Each line is an object of name (required), input, owner, context_id,
+    unique_key, priority, delay (seconds) and run_at (ISO 8601 with an
+    offset). A bad line anywhere, or a job the app does not register, is
+    refused and nothing is written.
+    """
+    from queuestore.submit.queue import TaskQueue
+
+    text = sys.stdin.read() if file == "-" else _read_text(file)
+    items = [_batch_item(number, line) for number, line in _json_lines(text)]
+    with _reporting():
+        settings = _settings(url)
+        queue = TaskQueue(
+            settings.make_store(),
+            _celery_app(celery_app),
+            priorities=settings.priorities,
+            limits=settings.limits,
+        )
+        for item in items:
+            _check_job_name(queue, item["name"], celery_app)
+        created = queue.submit_many(items)
+    if as_json:
+        _print_json([_task_json(task) for task in created])
+    else:
+        _console().print("\n".join(f"{task.id} {task.status}" for task in created))
+
+
+_BATCH_FIELDS = frozenset(
+    {"name", "input", "owner", "context_id", "unique_key", "priority", "delay", "run_at"}
+)
+
+
+def _read_text(file: str) -> str:
+    try:
+        with open(file, encoding="utf-8") as lines:
+            return lines.read()
+    except OSError as exc:
+        _fail(f"FILE: cannot read {file}: {exc.strerror}", 2)
+
+
+def _json_lines(text: str) -> list[tuple[int, str]]:
+    """The file's non-blank lines, numbered from 1."""
+    return [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _batch_item(number: int, line: str) -> dict[str, Any]:
+    """``submit_many``'s item from one JSON line; a usage error naming the line when bad."""
+    try:
+        item = json.loads(line)
+    except ValueError as exc:
+        _fail(f"line {number}: not JSON: {exc}", 2)
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        _fail(f"line {number}: must be a JSON object with a name", 2)
+    unknown = sorted(set(item) - _BATCH_FIELDS)
+    if unknown:
+        _fail(f"line {number}: unknown field {unknown[0]!r}", 2)
+    from datetime import timedelta
+
+    delay = item.get("delay")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            _fail(f"line {number}: delay must be seconds, zero or more", 2)
+        item["delay"] = timedelta(seconds=delay)
+    if item.get("run_at") is not None:
+        item["run_at"] = _instant(f"line {number}: run_at", str(item["run_at"]))
+    return item
+
+
 def _check_job_name(queue: Any, name: str, celery_app: str) -> None:
     """Refuse a job the app does not register, as the HTTP API does; a usage error."""
     known = sorted(queue.job_names)

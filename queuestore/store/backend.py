@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Final, Literal, NamedTuple
 
@@ -102,31 +102,52 @@ class NewTask:
     run_timeout: timedelta | None = None
     """How long each run may take; None: its job's timeout."""
 
-    def stamped(self, now: datetime) -> Task:
+    def stamped(
+        self,
+        now: datetime,
+        *,
+        input: dict[str, JsonValue] | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> Task:
         """The task as inserted at ``now``: submitted, at version 1, nothing else set.
 
         Every store inserts exactly this row, so a store need not read back
         what it wrote to return it: only the clock's ``now``, and the documents
-        where its database rewrites them (``SqlTaskStore``).
+        where its database rewrites them (``input`` and ``metadata``, as
+        ``SqlTaskStore`` reads them back).
         """
-        return Task(
-            id=self.id,
-            name=self.name,
-            input=self.input,
-            owner=self.owner,
-            context_id=self.context_id,
-            ttl=self.ttl,
-            metadata=self.metadata,
-            created_at=now,
-            updated_at=now,
-            run_at=self.run_at,
-            unique_key=self.unique_key,
-            priority=self.priority,
-            traceparent=self.traceparent,
-            start_by=self.start_by,
-            deadline_at=self.deadline_at,
-            run_timeout=self.run_timeout,
-        )
+        stamp = now.astimezone(UTC)
+        fields: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "input": self.input if input is None else input,
+            "owner": self.owner,
+            "context_id": self.context_id,
+            "ttl": self.ttl,
+            "metadata": self.metadata if metadata is None else metadata,
+            "created_at": stamp,
+            "updated_at": stamp,
+            "run_at": self.run_at,
+            "unique_key": self.unique_key,
+            "priority": self.priority,
+            "traceparent": self.traceparent,
+            "start_by": self.start_by,
+            "deadline_at": self.deadline_at,
+            "run_timeout": self.run_timeout,
+            "artifacts": [],
+            "answers": [],
+            "errors": [],
+        }
+        # Its fields were checked when it was made (TaskStore.create): a copy of a
+        # validated task takes them as they are, in half the time of Task(...),
+        # which a bulk submit pays ten thousand times.
+        return _SUBMITTED.model_copy(update=fields)
+
+
+_SUBMITTED: Final = Task(
+    id="-", name="-", created_at=datetime.now(UTC), updated_at=datetime.now(UTC)
+)
+"""A new task, as :meth:`NewTask.stamped` copies it (its lists are replaced in each copy)."""
 
 
 DeadlineKind = Literal["run", "held", "start_by", "deadline"]

@@ -623,3 +623,38 @@ def test_cancel_and_resume_say_which_task_they_act_on(database_url: str) -> None
     assert f"task {done.id} is cancelled already: only a live task can be" in cancelled.output
     assert "only a task waiting for input (input_required) takes an answer" in resumed.output
     store.close()
+
+
+def test_tasks_submit_many_submits_a_file_of_json_lines_all_or_nothing(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_HOME", str(tmp_path))
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    lines = tmp_path / "tasks.jsonl"
+    lines.write_text(
+        '{"name": "examples.crunch", "priority": 3}\n\n'
+        '{"name": "examples.research", "input": {"topic": "otters"}, "delay": 90}\n'
+    )
+
+    done = runner.invoke(app, ["tasks", "submit-many", "--url", database_url, str(lines), "--json"])
+
+    assert done.exit_code == 0, done.output
+    created = json.loads(done.output)
+    assert [(task["name"], task["priority"]) for task in created] == [
+        ("examples.crunch", 3),
+        ("examples.research", 0),
+    ]
+    assert created[1]["run_at"] is not None
+    lines.write_text('{"name": "examples.crunch"}\n{"name": "examples.crunch", "input": 5}\n')
+    refused = runner.invoke(app, ["tasks", "submit-many", "--url", database_url, str(lines)])
+    assert refused.exit_code != 0
+    assert "tasks[1].input" in refused.output
+    bad = runner.invoke(
+        app, ["tasks", "submit-many", "--url", database_url, "-"], input='{"name": "x", "y": 1}\n'
+    )
+    assert bad.exit_code == 2
+    assert "line 1: unknown field 'y'" in bad.output
+    store = SqlTaskStore(database_url)
+    assert store.count() == 2
+    store.close()

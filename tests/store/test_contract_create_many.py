@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -91,3 +92,19 @@ def test_observers_hear_of_each_task_created(store: TaskStore) -> None:
     )
 
     assert created == [tasks[0].id]
+
+
+@pytest.mark.parametrize(
+    "documents",
+    [
+        [{"input": {"b": 1, "a": [1.5, None]}, "metadata": {"k": "v"}}] * 2,
+        [{"input": {"b": 1}}, {"input": {"n": 1e300, "zeta": 1, "": "\u2603"}}],
+    ],
+    ids=["as-sent", "rewritten"],
+)
+def test_the_tasks_returned_are_what_a_read_gets(
+    store: TaskStore, documents: list[dict[str, Any]]
+) -> None:
+    created = store.create_many([{"name": "x.y", **document} for document in documents])
+
+    assert created == [store.get(task.id) for task in created]

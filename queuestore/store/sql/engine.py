@@ -15,8 +15,19 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 
-def make_engine(url: str, **options: Any) -> Engine:
+DEFAULT_POOL_SIZE = 2
+"""The connections a store built from a PostgreSQL URL keeps, its LISTEN connections aside."""
+
+
+def make_engine(
+    url: str, *, pool_size: int | None = None, prepare: bool = True, **options: Any
+) -> Engine:
     """An engine tuned for the store: WAL and a busy timeout on SQLite, psycopg 3 on PostgreSQL.
+
+    On PostgreSQL, ``pool_size`` bounds the pool (no overflow): the process's
+    threads share that many connections, each taking one for a statement or a
+    short transaction. ``prepare=False`` turns psycopg's prepared statements off
+    (``prepare_threshold=None``), for PgBouncer before 1.21 in transaction mode.
 
     ``postgresql://`` URLs use psycopg 3. The folder of an SQLite file is created.
     Connections are in autocommit: every store operation is one statement,
@@ -39,8 +50,12 @@ def make_engine(url: str, **options: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     options.setdefault("isolation_level", "AUTOCOMMIT")
+    if pool_size is not None:
+        options |= {"pool_size": pool_size, "max_overflow": 0}
     if parsed.get_driver_name() == "psycopg":
         options.setdefault("json_serializer", to_json)
+        if not prepare:
+            options.setdefault("connect_args", {})["prepare_threshold"] = None
     return create_engine(parsed, **options)
 
 

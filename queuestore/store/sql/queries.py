@@ -289,9 +289,10 @@ def insert_task(clock: Clock) -> ClauseElement:
     return insert(TABLE).values(_new_row(clock.now())).returning(*INSERTED)
 
 
-def insert_tasks(clock: Clock) -> ClauseElement:
+def insert_tasks(clock: Clock, *, documents: bool = True) -> ClauseElement:
     """Insert tasks in ``submitted``, skipping a row a unique index refuses (a taken id,
-    a held unique key): returns ``id`` and :data:`INSERTED` of the rows inserted.
+    a held unique key): returns ``id`` and :data:`INSERTED` of the rows inserted
+    (without the documents, ``documents=False``, when they come back as sent).
 
     On PostgreSQL it is one statement whatever the count: the parameter
     ``rows`` is a JSON array of the tasks' :data:`NEW_FIELDS`, read by
@@ -301,10 +302,11 @@ def insert_tasks(clock: Clock) -> ClauseElement:
     ``clock_timestamp()``, once per row; the parameter ``created_at`` on
     SQLite), so a listing keeps the tasks in the order given.
     """
+    returned = INSERTED if documents else INSERTED[:1]
     if not clock.database_clock:
         stamped = _new_row(bindparam("created_at", type_=UTCDateTime))
         rows = sqlite.insert(TABLE).values(stamped).on_conflict_do_nothing()
-        return rows.returning(C.id, *INSERTED)
+        return rows.returning(C.id, *returned)
     records = (
         func.jsonb_to_recordset(bindparam("rows", type_=JSONB()))
         .table_valued(*[sql_column(name, C[name].type) for name in NEW_FIELDS], name="new")
@@ -318,7 +320,7 @@ def insert_tasks(clock: Clock) -> ClauseElement:
     names = [*NEW_FIELDS, *(name for name in fixed if name not in NEW_FIELDS)]
     chosen = select(*(new.c[name] if name in NEW_FIELDS else fixed[name] for name in names))
     inserted = postgresql.insert(TABLE).from_select(names, chosen).on_conflict_do_nothing()
-    return inserted.returning(C.id, *INSERTED)
+    return inserted.returning(C.id, *returned)
 
 
 def _new_row(now: ColumnElement[datetime]) -> dict[str, Any]:

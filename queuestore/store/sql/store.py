@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Connection, Engine
+from sqlalchemy import ColumnElement, Connection, Engine, NullPool, create_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement, Executable, Select
 
@@ -48,9 +49,11 @@ from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
 from queuestore.store.sql import codec, deadlines, deliveries, operator, queries, steps, tree
-from queuestore.store.sql.engine import make_engine
+from queuestore.store.sql.engine import DEFAULT_POOL_SIZE, make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
+
+log = logging.getLogger(__name__)
 
 _TICK = timedelta(microseconds=1)
 """What separates the timestamps of a batch's rows on SQLite, to keep their order."""
@@ -62,16 +65,19 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-_Statements = Callable[[Executable, Any], list[dict[str, Any]]]
-"""Runs a statement with its parameters (a list of them: executemany) and returns its rows."""
+_Statements = Callable[[Executable | Prepared, Any], list[dict[str, Any]]]
+"""Runs a statement with its parameters (a list of them: executemany) and returns its rows;
+a :class:`Prepared` one on the driver's own cursor."""
 
 
 def _on(connection: Connection) -> _Statements:
     """Statements run on an SQLAlchemy connection, in its transaction."""
 
-    def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
+    def run(statement: Executable | Prepared, params: Any) -> list[dict[str, Any]]:
+        if isinstance(statement, Prepared):
+            return statement.all(connection, params)
         result = connection.execute(statement, params)
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+        return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
 
     return run
 
@@ -110,14 +116,37 @@ class SqlTaskStore(TaskStore):
             default: it holds the A2A store's figures over a2a-sdk's
             ``DatabaseTaskStore`` (``bench/a2a_store.py``); off, the loop's path
             uses only SQLAlchemy's own mechanisms.
+        pool_size: for an engine built from a URL, the most connections its pool
+            holds (PostgreSQL): the process's threads share them. Each
+            subscription (LISTEN) takes a connection of its own beside them.
+        prepare: for an engine built from a URL, let psycopg prepare the
+            statements it runs often; False behind PgBouncer before 1.21 in
+            transaction mode, which cannot keep them.
+        listen: wake waiters with LISTEN/NOTIFY (PostgreSQL); False behind a
+            pooler in transaction mode, where a LISTEN is lost: waiters poll
+            (a task's ``wait`` within half a second, a cancel at the run's
+            next heartbeat).
         **options: as for :class:`~queuestore.store.base.TaskStore`.
 
     Call :meth:`migrate` (or ``queuestore db upgrade``) once to create the schema.
     """
 
-    def __init__(self, engine: Engine | str, *, keep_warm: bool = True, **options: Any) -> None:
+    def __init__(
+        self,
+        engine: Engine | str,
+        *,
+        keep_warm: bool = True,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        prepare: bool = True,
+        listen: bool = True,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
-        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+        self.engine = (
+            make_engine(engine, pool_size=pool_size, prepare=prepare)
+            if isinstance(engine, str)
+            else engine
+        )
         dialect = self.engine.dialect.name
         if dialect not in ("postgresql", "sqlite"):
             raise ValueError(f"SqlTaskStore supports postgresql and sqlite, not {dialect}")
@@ -127,6 +156,8 @@ class SqlTaskStore(TaskStore):
         # autocommit, which saves the BEGIN and COMMIT round trips.
         self._executor = Executor(self.engine, keep_warm=keep_warm)
         self._clock = queries.Clock(database_clock=self._postgres)
+        self._listen = listen and self._postgres
+        self._polling_told = False
 
     def __repr__(self) -> str:
         return f"SqlTaskStore({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -296,9 +327,12 @@ class SqlTaskStore(TaskStore):
     def _on_psycopg(self, connection: Any) -> _Statements:
         """Statements run on a psycopg connection, compiled for this store's dialect."""
 
-        def run(statement: Executable, params: Any) -> list[dict[str, Any]]:
-            columns = list(cast(Any, statement).exported_columns)
-            prepared = Prepared(cast(ClauseElement, statement), self.engine.dialect, columns)
+        def run(statement: Executable | Prepared, params: Any) -> list[dict[str, Any]]:
+            if isinstance(statement, Prepared):
+                prepared = statement
+            else:
+                columns = list(cast(Any, statement).exported_columns)
+                prepared = Prepared(cast(ClauseElement, statement), self.engine.dialect, columns)
             with connection.cursor() as cursor:
                 cursor.execute(prepared.sql, prepared.arguments(params))
                 rows = cursor.fetchall() if cursor.description else []
@@ -308,33 +342,46 @@ class SqlTaskStore(TaskStore):
 
     def _insert_batch(self, run: _Statements, news: Sequence[NewTask]) -> list[tuple[Task, bool]]:
         """Insert ``news`` with ``run``, resolving the rows a unique key or a taken id refused."""
-        statement = cast(Executable, queries.insert_tasks(self._clock))
         done: dict[str, tuple[Task, bool]] = {}
         waiting = list(news)
         for _ in range(_KEY_RACES):
-            inserted = self._insert_rows(run, statement, waiting)
+            inserted = self._insert_rows(run, waiting)
             done |= {new.id: (inserted[new.id], True) for new in waiting if new.id in inserted}
             waiting = self._held_or_taken(run, waiting, inserted, done)
             if not waiting:
                 return [done[new.id] for new in news]
         raise TaskConflict("unique keys kept changing hands during the insert")
 
-    def _insert_rows(
-        self, run: _Statements, statement: Executable, news: Sequence[NewTask]
-    ) -> dict[str, Task]:
-        """Insert ``news`` in multi-row statements; the tasks inserted, by id."""
+    def _insert_rows(self, run: _Statements, news: Sequence[NewTask]) -> dict[str, Task]:
+        """Insert ``news`` in multi-row statements; the tasks inserted, by id.
+
+        On PostgreSQL the documents are read back only when one of them may not
+        come back as sent (:func:`codec.stored_as_sent`): decoding them is a
+        third of a bulk insert's time.
+        """
         fields = [self._row_params(new) for new in news]
         if self._postgres:  # one statement, the rows as one JSON array
+            documents = not all(
+                codec.stored_as_sent(new.input) and codec.stored_as_sent(new.metadata)
+                for new in news
+            )
+            # Compiled once, run on the driver's cursor: SQLAlchemy's own execution
+            # doubled a bulk insert's time.
+            statement = self._executor.prepare(
+                ("insert_many", documents),
+                lambda: queries.insert_tasks(self._clock, documents=documents),
+                [queries.C.id, *(queries.INSERTED if documents else queries.INSERTED[:1])],
+            )
             rows = run(statement, {"rows": fields})
         else:
             now = datetime.now(UTC)
             stamped = [row | {"created_at": now + i * _TICK} for i, row in enumerate(fields)]
-            rows = run(statement, stamped)
+            rows = run(cast(Executable, queries.insert_tasks(self._clock)), stamped)
         by_id = {new.id: new for new in news}
         return {
-            row["id"]: replace(
-                by_id[row["id"]], input=row["input"], metadata=row["metadata"]
-            ).stamped(row["created_at"])
+            row["id"]: by_id[row["id"]].stamped(
+                row["created_at"], input=row.get("input"), metadata=row.get("metadata")
+            )
             for row in rows
         }
 
@@ -386,8 +433,7 @@ class SqlTaskStore(TaskStore):
         except dbapi.IntegrityError as exc:
             raise TaskConflict(f"task id {new.id!r} is taken", task_id=new.id) from exc
         (row,) = rows
-        kept = replace(new, input=row["input"], metadata=row["metadata"])
-        return kept.stamped(row["created_at"])
+        return new.stamped(row["created_at"], input=row["input"], metadata=row["metadata"])
 
     @staticmethod
     def _row_params(new: NewTask) -> dict[str, Any]:
@@ -777,8 +823,9 @@ class SqlTaskStore(TaskStore):
 
     @contextmanager
     def subscribe_deliveries(self) -> Iterator[Listener]:
-        """Committed deliveries via LISTEN on PostgreSQL; plain sleeping on SQLite."""
-        if not self._postgres:
+        """Committed deliveries via LISTEN on PostgreSQL; plain sleeping otherwise."""
+        if not self._listen:
+            self._tell_polling()
             with super().subscribe_deliveries() as listen:
                 yield listen
             return
@@ -883,8 +930,9 @@ class SqlTaskStore(TaskStore):
 
     @contextmanager
     def subscribe(self) -> Iterator[Listener]:
-        """Status changes via LISTEN on PostgreSQL; plain sleeping on SQLite."""
-        if not self._postgres:
+        """Status changes via LISTEN on PostgreSQL; plain sleeping otherwise."""
+        if not self._listen:
+            self._tell_polling()
             with super().subscribe() as listen:
                 yield listen
             return
@@ -893,19 +941,34 @@ class SqlTaskStore(TaskStore):
 
     @contextmanager
     def subscribe_stops(self) -> Iterator[Listener]:
-        """Runs ended by a caller via LISTEN on PostgreSQL; plain sleeping on SQLite."""
-        if not self._postgres:
+        """Runs ended by a caller via LISTEN on PostgreSQL; plain sleeping otherwise."""
+        if not self._listen:
+            self._tell_polling()
             with super().subscribe_stops() as listen:
                 yield listen
             return
         with self._listening(queries.STOP_CHANNEL) as listen:
             yield listen
 
+    def _tell_polling(self) -> None:
+        """Say once, on PostgreSQL without LISTEN, that waiters poll."""
+        if self._postgres and not self._polling_told:
+            self._polling_told = True
+            log.info(
+                "LISTEN/NOTIFY is off (database_listen=false, as behind PgBouncer in "
+                "transaction mode): waits poll the database, and a running job sees a "
+                "cancel at its next heartbeat"
+            )
+
     @contextmanager
     def _listening(self, channel: str) -> Iterator[Listener]:
-        """The status changes announced on ``channel``, on a connection of its own."""
-        autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        with self._executor.guard(), autocommit.connect() as connection:
+        """The status changes announced on ``channel``, on a connection of its own.
+
+        It is not one of the pool's, so that a listener holds none of the
+        connections the process's statements share: the budget of a process is
+        its pool, and one connection a subscription.
+        """
+        with self._executor.guard(), self._listener_engine.connect() as connection:
             connection.exec_driver_sql(f"LISTEN {channel}")
             driver = connection.connection.driver_connection
             dbapi = self.engine.dialect.loaded_dbapi
@@ -929,6 +992,11 @@ class SqlTaskStore(TaskStore):
                 yield listen
             finally:
                 connection.exec_driver_sql(f"UNLISTEN {channel}")
+
+    @functools.cached_property
+    def _listener_engine(self) -> Engine:
+        """Connections for LISTEN, one a subscription, opened and closed with it (no pool)."""
+        return create_engine(self.engine.url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
 
 
 def _milliseconds(duration: timedelta | None) -> int | None:
