@@ -46,9 +46,12 @@ def test_a_schedule_is_kept_with_its_first_tick(store: TaskStore) -> None:
         CatchUp.EACH,
         3,
     )
-    assert read.next_run_at is not None and read.next_run_at > before
+    assert read.next_run_at is not None
+    assert read.next_run_at > before
     assert read.next_run_at.astimezone().minute == 0
-    assert read.last_run_at is None and read.last_task_id is None and not read.paused
+    assert read.last_run_at is None
+    assert read.last_task_id is None
+    assert not read.paused
 
 
 def test_bad_input_is_refused_and_nothing_is_written(store: TaskStore) -> None:
@@ -176,12 +179,14 @@ def test_a_paused_schedule_does_not_tick_and_resumes_from_now(store: TaskStore) 
     assert made.next_run_at is not None
 
     paused = store.pause_schedule(made.id)
-    assert paused.paused and paused.next_run_at is None
+    assert paused.paused
+    assert paused.next_run_at is None
     assert store.run_schedules(now=made.next_run_at + 3 * EVERY) == []
     assert store.pause_schedule(made.id) == paused
 
     resumed = store.resume_schedule(made.id)
-    assert not resumed.paused and resumed.next_run_at is not None
+    assert not resumed.paused
+    assert resumed.next_run_at is not None
     assert resumed.next_run_at > datetime.now(UTC)
     assert resumed.version == paused.version + 1
 
@@ -193,7 +198,8 @@ def test_an_update_keeps_what_it_is_not_given(store: TaskStore) -> None:
 
     assert (changed.cron, changed.every, changed.input) == ("*/5 * * * *", None, {"a": 2})
     assert changed.catch_up is CatchUp.ONCE
-    assert changed.next_run_at is not None and changed.next_run_at.minute % 5 == 0
+    assert changed.next_run_at is not None
+    assert changed.next_run_at.minute % 5 == 0
     with pytest.raises(InvalidTaskData) as refused:
         store.update_schedule(made.id, cron="bad")
     assert refused.value.field == "cron"
