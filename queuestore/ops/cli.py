@@ -862,7 +862,9 @@ CatchUpLimitOption = Annotated[
 
 def _schedule_json(schedule: Schedule) -> dict[str, Any]:
     """The schedule as the HTTP API shows it."""
-    return schedule.model_dump(mode="json")
+    from queuestore.core.views import ScheduleView
+
+    return ScheduleView.of(schedule).model_dump(mode="json")
 
 
 def _print_schedule(schedule: Schedule, as_json: bool) -> None:

@@ -59,7 +59,7 @@ def test_a_schedule_is_added_listed_changed_paused_resumed_triggered_and_deleted
     assert as_json("schedules", "list", "--owner", "bob") == {"schedules": []}
 
     changed = as_json("schedules", "change", "nightly", "--every", "90", "--input", "{}")
-    assert (changed["cron"], changed["every"], changed["input"]) == (None, "PT1M30S", {})
+    assert (changed["cron"], changed["every"], changed["input"]) == (None, 90.0, {})
     paused = as_json("schedules", "pause", "nightly")
     assert (paused["paused"], paused["next_run_at"]) == (True, None)
 
