@@ -677,7 +677,7 @@ class InMemoryTaskStore(TaskStore):
         version: int,
         values: Mapping[str, Any],
         news: Sequence[NewTask],
-    ) -> Schedule | None:
+    ) -> tuple[Schedule, list[Task]] | None:
         with self._changed:
             current = self._schedule_rows.get(schedule_id)
             if current is None or current.version != version:
@@ -687,9 +687,7 @@ class InMemoryTaskStore(TaskStore):
             update = {**values, "updated_at": self._now(), "version": version + 1}
             written = current.model_copy(update=update)
             self._schedule_rows[schedule_id] = written
-            for new in news:
-                self._inserted(new)
-            return written
+            return written, [self._inserted(new)[0] for new in news]
 
     def _delete_schedule(self, schedule_id: str, scope: OwnerScope) -> None:
         with self._changed:

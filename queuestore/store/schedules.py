@@ -70,9 +70,10 @@ class ScheduleVerbs(StoreBackend):
         version: int,
         values: Mapping[str, Any],
         news: Sequence[NewTask],
-    ) -> Schedule | None:
+    ) -> tuple[Schedule, builtins.list[Task]] | None:
         """Set ``values`` (by field name) and insert ``news`` in one transaction, only if the
-        schedule is at ``version``; the schedule as written, or None (nothing written).
+        schedule is at ``version``; the schedule and the tasks as written, or None (nothing
+        written).
 
         The write stamps ``updated_at`` and adds one to ``version``. A task id of
         ``news`` already taken rolls it all back: None.
@@ -259,8 +260,9 @@ class ScheduleVerbs(StoreBackend):
             now = self._now()
             new = self._tick_task(current, new_task_id(), now)
             values = {"last_run_at": now, "last_task_id": new.id}
-            if self._write_schedule(current.id, current.version, values, [new]) is not None:
-                return self._announced(new)
+            written = self._write_schedule(current.id, current.version, values, [new])
+            if written is not None:
+                return self._announced(written[1])[0]
         raise TaskConflict(f"schedule {schedule_id!r} kept changing")
 
     def delete_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> None:
@@ -306,9 +308,8 @@ class ScheduleVerbs(StoreBackend):
         values: dict[str, Any] = {"next_run_at": following}
         if news:
             values |= {"last_run_at": ticks[-1], "last_task_id": news[-1].id}
-        if self._write_schedule(schedule.id, schedule.version, values, news) is None:
-            return []
-        return [self._announced(new) for new in news]
+        written = self._write_schedule(schedule.id, schedule.version, values, news)
+        return [] if written is None else self._announced(written[1])
 
     def _tick_task(self, schedule: Schedule, task_id: str, tick: datetime) -> NewTask:
         metadata = {SCHEDULE_KEY: schedule.id, TICK_KEY: tick.isoformat()}
@@ -316,12 +317,10 @@ class ScheduleVerbs(StoreBackend):
             schedule.name, schedule.input, owner=schedule.owner, metadata=metadata, task_id=task_id
         )
 
-    def _announced(self, new: NewTask) -> Task:
-        """The task ``new`` as inserted, told to the store's observers."""
-        task = self._fetch(new.id, OwnerScope(unscoped=True))
-        assert task is not None
-        self._announce_created([(task, True)])
-        return task
+    def _announced(self, tasks: builtins.list[Task]) -> builtins.list[Task]:
+        """``tasks``, told to the store's observers as created."""
+        self._announce_created([(task, True) for task in tasks])
+        return tasks
 
     def _visible(self, schedule_id: str, owner: Owner) -> Schedule:
         scope = self._scope(owner)
@@ -345,7 +344,7 @@ class ScheduleVerbs(StoreBackend):
                 return current
             written = self._write_schedule(current.id, current.version, values, [])
             if written is not None:
-                return written
+                return written[0]
         raise TaskConflict(f"schedule {schedule_id!r} kept changing")
 
     def _with_outcome(self, schedule: Schedule) -> Schedule:

@@ -858,15 +858,16 @@ class SqlTaskStore(TaskStore):
         version: int,
         values: Mapping[str, Any],
         news: Sequence[NewTask],
-    ) -> Schedule | None:
+    ) -> tuple[Schedule, list[Task]] | None:
         try:
             with self._transaction() as connection:
                 written = schedules.write(
                     connection, schedule_id, version, values, self._clock.at()
                 )
-                if written is not None and news:
-                    self._insert_batch(_on(connection), news)
-                return written
+                if written is None:
+                    return None
+                inserted = self._insert_batch(_on(connection), news) if news else []
+                return written, [task for task, _ in inserted]
         except TaskConflict:  # a task of these ticks exists: another beat made it
             return None
 
