@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         InvalidTransition,
         LeaseLost,
         QueueStoreError,
+        ScheduleNotFound,
         StoreUnavailable,
         TaskConflict,
         TaskNotFound,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from queuestore.core.owner import ANY
     from queuestore.core.retries import Retry
     from queuestore.core.rollup import Rollup
+    from queuestore.core.schedules import CatchUp, Schedule
     from queuestore.core.urls import UrlPolicy
     from queuestore.core.workers import Worker
     from queuestore.push.deliverer import Deliverer, DeliveryPolicy
@@ -81,6 +83,7 @@ _HOMES = {
         "InvalidTransition",
         "LeaseLost",
         "QueueStoreError",
+        "ScheduleNotFound",
         "StoreUnavailable",
         "TaskConflict",
         "TaskNotFound",
@@ -102,6 +105,7 @@ _HOMES = {
     "queuestore.core.owner": ["ANY"],
     "queuestore.core.retries": ["Retry"],
     "queuestore.core.rollup": ["Rollup"],
+    "queuestore.core.schedules": ["CatchUp", "Schedule"],
     "queuestore.core.urls": ["UrlPolicy"],
     "queuestore.core.workers": ["Worker"],
     "queuestore.push.deliverer": ["Deliverer", "DeliveryPolicy"],
@@ -135,6 +139,7 @@ __all__ = [
     "CallbackFormat",
     "CallbackRefused",
     "CallbackRequest",
+    "CatchUp",
     "ChildFailed",
     "ConcurrencyLimits",
     "Deliverer",
@@ -153,6 +158,8 @@ __all__ = [
     "Retry",
     "Rollup",
     "RunTimedOut",
+    "Schedule",
+    "ScheduleNotFound",
     "Settings",
     "SigningSecret",
     "SqlTaskStore",

@@ -23,10 +23,12 @@ from queuestore.core.errors import InvalidTaskData
 from queuestore.core.models import Artifact, Step, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.rollup import Rollup
+from queuestore.core.schedules import Schedule
 from queuestore.core.watch import AsyncWatch
 from queuestore.core.workers import Worker
 from queuestore.store.backend import UNSET, Unset
 from queuestore.store.base import TaskStore
+from queuestore.store.schedules import DEFAULT_GRACE
 from queuestore.submit.queue import TaskQueue
 
 
@@ -239,6 +241,20 @@ class AsyncTaskStore:
         """See :meth:`TaskStore.redeliver`."""
         return await self.sync.run_async(self.sync.redeliver, task_id, delivery_id, owner=owner)
 
+    async def get_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> Schedule:
+        """See :meth:`TaskStore.get_schedule`."""
+        return await self.sync.run_async(self.sync.get_schedule, schedule_id, owner=owner)
+
+    async def list_schedules(
+        self, *, owner: Owner = ANY, limit: int = 100
+    ) -> builtins.list[Schedule]:
+        """See :meth:`TaskStore.list_schedules`."""
+        return await self.sync.run_async(self.sync.list_schedules, owner=owner, limit=limit)
+
+    async def run_schedules(self, *, grace: timedelta = DEFAULT_GRACE) -> builtins.list[Task]:
+        """See :meth:`TaskStore.run_schedules` (the other schedule verbs are the queue's)."""
+        return await self.sync.run_async(self.sync.run_schedules, grace=grace)
+
     def watch(self, *, owner: Owner = ANY, task_ids: Iterable[str] | None = None) -> AsyncWatch:
         """See :meth:`TaskStore.watch`; open it with ``async with``."""
         return AsyncWatch(self.sync.watch(owner=owner, task_ids=task_ids), self.sync.run_async)
@@ -325,6 +341,46 @@ class AsyncTaskQueue:
     async def result(self, task_id: str, *, timeout: float, owner: Owner = ANY) -> Task:
         """See :meth:`TaskQueue.result`."""
         return await asyncio.to_thread(self.sync.result, task_id, timeout=timeout, owner=owner)
+
+    async def create_schedule(
+        self, name: str, input: Mapping[str, Any] | None = None, **options: Any
+    ) -> Schedule:
+        """See :meth:`TaskQueue.create_schedule`."""
+        return await asyncio.to_thread(self.sync.create_schedule, name, input, **options)
+
+    async def get_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> Schedule:
+        """See :meth:`TaskQueue.get_schedule`."""
+        return await asyncio.to_thread(self.sync.get_schedule, schedule_id, owner=owner)
+
+    async def list_schedules(
+        self, *, owner: Owner = ANY, limit: int = 100
+    ) -> builtins.list[Schedule]:
+        """See :meth:`TaskQueue.list_schedules`."""
+        return await asyncio.to_thread(self.sync.list_schedules, owner=owner, limit=limit)
+
+    async def update_schedule(
+        self, schedule_id: str, *, owner: Owner = ANY, **changes: Any
+    ) -> Schedule:
+        """See :meth:`TaskQueue.update_schedule`."""
+        return await asyncio.to_thread(
+            self.sync.update_schedule, schedule_id, owner=owner, **changes
+        )
+
+    async def pause_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> Schedule:
+        """See :meth:`TaskQueue.pause_schedule`."""
+        return await asyncio.to_thread(self.sync.pause_schedule, schedule_id, owner=owner)
+
+    async def resume_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> Schedule:
+        """See :meth:`TaskQueue.resume_schedule`."""
+        return await asyncio.to_thread(self.sync.resume_schedule, schedule_id, owner=owner)
+
+    async def trigger_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> Task:
+        """See :meth:`TaskQueue.trigger_schedule`."""
+        return await asyncio.to_thread(self.sync.trigger_schedule, schedule_id, owner=owner)
+
+    async def delete_schedule(self, schedule_id: str, *, owner: Owner = ANY) -> None:
+        """See :meth:`TaskQueue.delete_schedule`."""
+        await asyncio.to_thread(self.sync.delete_schedule, schedule_id, owner=owner)
 
 
 T = TypeVar("T")

@@ -218,6 +218,14 @@ class Settings(BaseSettings):
         timedelta(seconds=10),
         description="How old an unpublished task must be before the sweep publishes it.",
     )
+    schedules_interval: Duration = Field(
+        timedelta(seconds=5),
+        description="How often beat makes the tasks of the schedules whose tick came.",
+    )
+    schedules_grace: Duration = Field(
+        timedelta(seconds=30),
+        description="How late a schedule's tick may be made and still run under the skip policy.",
+    )
     ack_after: Duration | None = Field(
         None,
         description="How long a job runs before its message is acknowledged (its task "
@@ -482,6 +490,8 @@ class Settings(BaseSettings):
                 janitor_batch_size=self.janitor_batch_size,
                 reaper_interval=self.reaper_interval,
                 sweep_interval=self.sweep_interval,
+                schedules_interval=self.schedules_interval,
+                schedules_grace=self.schedules_grace,
             )
         return queue
 

@@ -203,8 +203,9 @@ OPERATOR_TABLES = (
     "queuestore_rollup_series",
     "queuestore_rollup_jobs",
     "queuestore_workers",
+    "queuestore_schedules",
 )
-"""What the operator's view keeps beside the tasks, emptied with them."""
+"""What the operator's view and the schedules keep beside the tasks, emptied with them."""
 
 
 def _emptied(engine: Engine) -> Engine:

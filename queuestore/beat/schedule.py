@@ -1,6 +1,7 @@
-"""Beat's maintenance: the janitor, the reaper and the sweep, as Celery tasks and a schedule.
+"""Beat's maintenance: the janitor, the reaper, the sweep and the schedules' tick, as Celery
+tasks and a schedule.
 
-``TaskQueue(store, app)`` registers the three tasks on its app (:func:`register`);
+``TaskQueue(store, app)`` registers the four tasks on its app (:func:`register`);
 ``TaskQueue.install_beat_schedule`` adds them to ``app.conf.beat_schedule``
 (:func:`install`). Each is idempotent and safe to run twice, so two beats
 do no harm; while the database is down each logs and waits for its next beat.
@@ -18,6 +19,7 @@ from celery import Celery
 from queuestore.beat.deadlines import enforce
 from queuestore.beat.janitor import run_janitor
 from queuestore.beat.reaper import reap
+from queuestore.beat.schedules import run_schedules
 from queuestore.beat.sweep import sweep
 from queuestore.broker.publisher import Publisher
 from queuestore.core.errors import StoreUnavailable
@@ -36,9 +38,13 @@ their deadlines."""
 SWEEP_TASK: Final = "queuestore.sweep"
 """Publishes the tasks whose message never went out, or was lost."""
 
+SCHEDULES_TASK: Final = "queuestore.schedules"
+"""Makes and publishes the tasks of the schedules whose tick came."""
+
 
 def register(app: Celery) -> None:
-    """Register the janitor, the reaper and the sweep as ``app``'s Celery tasks.
+    """Register the janitor, the reaper, the sweep and the schedules' tick as ``app``'s
+    Celery tasks.
 
     Each finds the app's store and options through ``Publisher.of(app)`` when
     it runs, so the tasks follow the app's latest ``TaskQueue``.
@@ -59,11 +65,18 @@ def register(app: Celery) -> None:
     def sweeper() -> int:
         return _skipped_in_outage("sweep", lambda: sweep(Publisher.of(app)))
 
+    def ticker(grace_seconds: float) -> int:
+        grace = timedelta(seconds=grace_seconds)
+        return _skipped_in_outage(
+            "schedules", lambda: run_schedules(Publisher.of(app), grace=grace)
+        )
+
     app.task(name=JANITOR_TASK, ignore_result=True, shared=False)(janitor)
     app.task(name=REAPER_TASK, ignore_result=True, shared=False)(reaper)
     app.task(name=SWEEP_TASK, ignore_result=True, shared=False)(sweeper)
+    app.task(name=SCHEDULES_TASK, ignore_result=True, shared=False)(ticker)
     # Each says at INFO what it did when it did something; Celery's lines, at DEBUG.
-    quiet_celery_lines_of(JANITOR_TASK, REAPER_TASK, SWEEP_TASK)
+    quiet_celery_lines_of(JANITOR_TASK, REAPER_TASK, SWEEP_TASK, SCHEDULES_TASK)
 
 
 def install(
@@ -75,8 +88,11 @@ def install(
     janitor_batch_size: int,
     reaper_interval: timedelta,
     sweep_interval: timedelta,
+    schedules_interval: timedelta,
+    schedules_grace: timedelta,
 ) -> None:
-    """Add the janitor, the reaper and the sweep to ``app.conf.beat_schedule``.
+    """Add the janitor, the reaper, the sweep and the schedules' tick to
+    ``app.conf.beat_schedule``.
 
     Each entry expires after its own interval, so beats that pile up while no
     worker runs are dropped instead of all running at once. A
@@ -100,6 +116,9 @@ def install(
     }
     schedule[REAPER_TASK] = _entry(REAPER_TASK, reaper_interval)
     schedule[SWEEP_TASK] = _entry(SWEEP_TASK, sweep_interval)
+    schedule[SCHEDULES_TASK] = _entry(SCHEDULES_TASK, schedules_interval) | {
+        "kwargs": {"grace_seconds": schedules_grace.total_seconds()}
+    }
     app.conf.beat_schedule = schedule
 
 

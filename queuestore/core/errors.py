@@ -30,6 +30,14 @@ class TaskNotFound(QueueStoreError):
         super().__init__(f"task {task_id!r} not found", task_id=task_id)
 
 
+class ScheduleNotFound(QueueStoreError):
+    """No schedule with that id is visible to the caller (missing, or another owner's)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"schedule {schedule_id!r} not found")
+        self.schedule_id = schedule_id
+
+
 class InvalidTransition(QueueStoreError):
     """The task's current status does not allow the requested change."""
 
@@ -134,6 +142,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseLost",
     "QueueStoreError",
+    "ScheduleNotFound",
     "StoreUnavailable",
     "TaskConflict",
     "TaskNotFound",

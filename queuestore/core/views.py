@@ -1,4 +1,4 @@
-"""The public view of a task and of a delivery: what every surface shows of them.
+"""The public view of a task, a delivery and a schedule: what every surface shows of them.
 
 The HTTP API answers with these, and ``queuestore tasks ... --json`` prints
 them. A task's worker bookkeeping (its lease, worker id, the answers given so
@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, JsonValue
 
 from queuestore.core.callbacks import Delivery, DeliveryState
 from queuestore.core.models import Artifact, Task, TaskError, TaskStatus
+from queuestore.core.schedules import CatchUp, Schedule
 
 
 class TaskView(BaseModel):
@@ -139,4 +140,39 @@ class DeliveryView(BaseModel):
         return cls.model_validate(delivery.model_dump(exclude={"task"}))
 
 
-__all__ = ["DeliveryView", "TaskView"]
+class ScheduleView(BaseModel):
+    """A schedule: the job it submits, when it ticks, its next and last run."""
+
+    id: str
+    name: str = Field(description="The job each tick submits.")
+    input: dict[str, JsonValue]
+    owner: str | None = Field(description="The owner of the schedule and of its tasks.")
+    cron: str | None = Field(description="A cron expression, read in timezone; or null.")
+    every: float | None = Field(description="Seconds between ticks, in place of cron; or null.")
+    timezone: str = Field(description="The IANA timezone of cron.")
+    catch_up: CatchUp = Field(
+        description="Ticks no beat saw in time: skip (dropped when seen more than the "
+        "grace late), once (one task for all), each (one each, the latest catch_up_limit)."
+    )
+    catch_up_limit: int
+    paused: bool
+    next_run_at: datetime | None = Field(description="The next tick; null while paused.")
+    last_run_at: datetime | None = Field(description="The tick (or trigger) of its last task.")
+    last_task_id: str | None
+    last_status: TaskStatus | None = Field(
+        description="The last task's status now; null before its first task or once the "
+        "janitor deleted it."
+    )
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleView:
+        """The public view of ``schedule``."""
+        every = None if schedule.every is None else schedule.every.total_seconds()
+        return cls.model_validate(
+            schedule.model_dump(exclude={"anchor_at", "version", "every"}) | {"every": every}
+        )
+
+
+__all__ = ["DeliveryView", "ScheduleView", "TaskView"]

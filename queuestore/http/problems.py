@@ -25,6 +25,7 @@ from queuestore.core.errors import (
     InvalidTaskData,
     InvalidTransition,
     QueueStoreError,
+    ScheduleNotFound,
     StoreUnavailable,
     TaskConflict,
     TaskNotFound,
@@ -120,6 +121,7 @@ def problem(
 
 _STORE_ERRORS: Final[tuple[tuple[type[QueueStoreError], int, str], ...]] = (
     (TaskNotFound, 404, "task-not-found"),
+    (ScheduleNotFound, 404, "schedule-not-found"),
     (InvalidTransition, 409, "invalid-transition"),
     (TaskConflict, 409, "task-conflict"),
     (InvalidCursor, 400, "invalid-cursor"),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from queuestore.core.concurrency import Caps
     from queuestore.core.models import Task, TaskStatus
     from queuestore.core.owner import Owner
+    from queuestore.core.schedules import Schedule
     from queuestore.core.watch import Watch
     from queuestore.ops.presentation import TaskWatchView
     from queuestore.store.sql import SqlTaskStore
@@ -52,8 +53,14 @@ tasks = typer.Typer(
 config = typer.Typer(
     help="Show the settings and their reference.", rich_markup_mode=None, no_args_is_help=True
 )
+schedules = typer.Typer(
+    help="Add, list, change, pause, resume, trigger and delete schedules.",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
+app.add_typer(schedules, name="schedules")
 app.add_typer(config, name="config")
 
 
@@ -900,6 +907,239 @@ def tasks_delete(
 
 
 # -- settings -------------------------------------------------------------------
+
+
+# -- schedules ------------------------------------------------------------------
+
+ScheduleIdArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="SCHEDULE_ID", help="The schedule; put -- before an id that starts with -."
+    ),
+]
+CronOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="EXPR", help='A cron expression, e.g. "0 2 * * *" (quoted for the shell).'
+    ),
+]
+EveryOption = Annotated[
+    str | None,
+    typer.Option(metavar="SECONDS", help="An interval in place of --cron: seconds, or ISO 8601."),
+]
+TimezoneOption = Annotated[
+    str | None,
+    typer.Option(metavar="ZONE", help="The cron expression's timezone, e.g. Europe/Paris (UTC)."),
+]
+CatchUpOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="skip|once|each",
+        help="Ticks missed while no beat ran: dropped, one task for all, or one each.",
+    ),
+]
+CatchUpLimitOption = Annotated[
+    int | None,
+    typer.Option(metavar="N", help="With --catch-up each, the most missed ticks run (10)."),
+]
+
+
+def _schedule_json(schedule: Schedule) -> dict[str, Any]:
+    """The schedule as the HTTP API shows it."""
+    from queuestore.core.views import ScheduleView
+
+    return ScheduleView.of(schedule).model_dump(mode="json")
+
+
+def _print_schedule(schedule: Schedule, as_json: bool) -> None:
+    if as_json:
+        _print_json(_schedule_json(schedule))
+        return
+    from queuestore.ops.presentation import schedule_line
+
+    _console().print(schedule_line(schedule), highlight=False)
+
+
+def _schedule_queue(url: str | None, celery_app: str) -> Any:
+    """A queue on the settings' store and the app, to check jobs and publish triggers."""
+    from queuestore.submit.queue import TaskQueue
+
+    settings = _settings(url)
+    return TaskQueue(
+        settings.make_store(),
+        _celery_app(celery_app),
+        priorities=settings.priorities,
+        limits=settings.limits,
+    )
+
+
+def _timing(cron: str | None, every: str | None) -> dict[str, Any]:
+    """``--cron`` or ``--every`` as the store's arguments; a usage error when bad."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from queuestore.config import Duration
+
+    if cron is not None and every is not None:
+        _fail("give --cron or --every, not both", 2)
+    if every is None:
+        return {} if cron is None else {"cron": cron}
+    try:
+        return {"every": TypeAdapter(Duration).validate_python(every)}
+    except ValidationError:
+        _fail(f"--every: {every!r} is not a duration: give seconds (90) or ISO 8601 (PT5M)", 2)
+
+
+@schedules.command("list")
+def schedules_list(
+    url: UrlOption = None, owner: OwnerOption = None, as_json: JsonOption = False
+) -> None:
+    """List schedules, oldest first: when each ticks, its next and last run, its last outcome."""
+    with _reporting():
+        found = _store(url).list_schedules(owner=_owner(owner), limit=1000)
+    if as_json:
+        _print_json({"schedules": [_schedule_json(schedule) for schedule in found]})
+        return
+    from queuestore.ops.presentation import schedule_table
+
+    _console().print(schedule_table(found) if found else "no schedules")
+
+
+@schedules.command("show")
+def schedules_show(
+    schedule_id: ScheduleIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show one schedule."""
+    with _reporting():
+        schedule = _store(url).get_schedule(schedule_id, owner=_owner(owner))
+    _print_schedule(schedule, as_json)
+
+
+@schedules.command("add")
+def schedules_add(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The job each tick submits.")],
+    input: Annotated[
+        str,
+        typer.Argument(metavar="INPUT", help="The job's keyword arguments, a JSON object."),
+    ] = "{}",
+    *,
+    cron: CronOption = None,
+    every: EveryOption = None,
+    timezone: TimezoneOption = None,
+    catch_up: CatchUpOption = None,
+    catch_up_limit: CatchUpLimitOption = None,
+    owner: Annotated[
+        str | None, typer.Option(metavar="OWNER", help="The owner of the schedule and its tasks.")
+    ] = None,
+    schedule_id: Annotated[
+        str | None, typer.Option("--id", metavar="ID", help="Its id (default: a new one).")
+    ] = None,
+    paused: Annotated[bool, typer.Option("--paused", help="Add it paused.")] = False,
+    url: UrlOption = None,
+    celery_app: AppOption = "workers",
+    as_json: JsonOption = False,
+) -> None:
+    """Add a schedule: a job submitted on a cron expression or at an interval, by beat.
+
+    A job the app does not register, or input it cannot take, is refused.
+    """
+    arguments = _submission(input, None, None) | _timing(cron, every)
+    if timezone is not None:
+        arguments["timezone"] = timezone
+    if catch_up is not None:
+        arguments["catch_up"] = catch_up
+    if catch_up_limit is not None:
+        arguments["catch_up_limit"] = catch_up_limit
+    with _reporting():
+        queue = _schedule_queue(url, celery_app)
+        schedule = queue.create_schedule(
+            name, owner=owner, schedule_id=schedule_id, paused=paused, **arguments
+        )
+    _print_schedule(schedule, as_json)
+
+
+@schedules.command("change")
+def schedules_change(
+    schedule_id: ScheduleIdArgument,
+    *,
+    input: Annotated[
+        str | None, typer.Option(metavar="JSON", help="New input for the job, a JSON object.")
+    ] = None,
+    cron: CronOption = None,
+    every: EveryOption = None,
+    timezone: TimezoneOption = None,
+    catch_up: CatchUpOption = None,
+    catch_up_limit: CatchUpLimitOption = None,
+    owner: OwnerOption = None,
+    url: UrlOption = None,
+    celery_app: AppOption = "workers",
+    as_json: JsonOption = False,
+) -> None:
+    """Change a schedule; what is not given stays. A new timing counts from now."""
+    arguments: dict[str, Any] = _timing(cron, every)
+    if input is not None:
+        arguments["input"] = _submission(input, None, None)["input"]
+    given = {"timezone": timezone, "catch_up": catch_up, "catch_up_limit": catch_up_limit}
+    arguments |= {key: value for key, value in given.items() if value is not None}
+    with _reporting():
+        queue = _schedule_queue(url, celery_app)
+        schedule = queue.update_schedule(schedule_id, owner=_owner(owner), **arguments)
+    _print_schedule(schedule, as_json)
+
+
+@schedules.command("pause")
+def schedules_pause(
+    schedule_id: ScheduleIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Pause a schedule: no tick makes a task until it is resumed."""
+    with _reporting():
+        schedule = _store(url).pause_schedule(schedule_id, owner=_owner(owner))
+    _print_schedule(schedule, as_json)
+
+
+@schedules.command("resume")
+def schedules_resume(
+    schedule_id: ScheduleIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resume a paused schedule from its next tick; the ticks it missed are not made."""
+    with _reporting():
+        schedule = _store(url).resume_schedule(schedule_id, owner=_owner(owner))
+    _print_schedule(schedule, as_json)
+
+
+@schedules.command("trigger")
+def schedules_trigger(
+    schedule_id: ScheduleIdArgument,
+    url: UrlOption = None,
+    owner: OwnerOption = None,
+    celery_app: AppOption = "workers",
+    as_json: JsonOption = False,
+) -> None:
+    """Submit the schedule's job now, once; print the task's id and status."""
+    with _reporting():
+        task = _schedule_queue(url, celery_app).trigger_schedule(schedule_id, owner=_owner(owner))
+    if as_json:
+        _print_json(_task_json(task))
+    else:
+        _console().print(f"{task.id} {task.status}")
+
+
+@schedules.command("delete")
+def schedules_delete(
+    schedule_id: ScheduleIdArgument, url: UrlOption = None, owner: OwnerOption = None
+) -> None:
+    """Delete a schedule; the tasks it made stay."""
+    with _reporting():
+        _store(url).delete_schedule(schedule_id, owner=_owner(owner))
+    _console().print(f"{schedule_id} deleted")
 
 
 @config.command("show")

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from queuestore.core.callbacks import Delivery
 from queuestore.core.models import Step, Task, TaskStatus
+from queuestore.core.schedules import Schedule
 from queuestore.core.views import TaskView
 
 _STATUS_COLOURS = {
@@ -166,6 +167,52 @@ def _delivery_blocks(deliveries: list[Delivery]) -> Group:
             grid.add_row("error", _cell(delivery.last_error))
         blocks.append(Group(heading, Padding(grid, (0, 0, 1, 2))))
     return Group(*blocks)
+
+
+def timing(schedule: Schedule) -> str:
+    """When a schedule ticks: its cron expression (and zone), or its interval."""
+    if schedule.cron is not None:
+        zone = "" if schedule.timezone == "UTC" else f" {schedule.timezone}"
+        return f"cron {schedule.cron}{zone}"
+    assert schedule.every is not None
+    return f"every {schedule.every.total_seconds():g}s"
+
+
+def _moment(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def schedule_line(schedule: Schedule) -> str:
+    """One schedule on one line: its id, job, timing, state, next and last run."""
+    state = "paused" if schedule.paused else f"next {_moment(schedule.next_run_at)}"
+    last = (
+        ""
+        if schedule.last_run_at is None
+        else f", last {_moment(schedule.last_run_at)} {schedule.last_status or 'deleted'}"
+    )
+    return f"{schedule.id} {schedule.name} {timing(schedule)} ({state}{last})"
+
+
+def schedule_table(rows: list[Schedule]) -> Table:
+    """Schedules: when each ticks, its next and last run, and its last task's status."""
+    table = _table()
+    table.add_column("id", overflow="fold")
+    table.add_column("job", overflow="fold")
+    table.add_column("when", overflow="fold")
+    for name in ("next run (UTC)", "last run (UTC)"):
+        table.add_column(name, overflow="fold", min_width=10)
+    table.add_column("last", no_wrap=True)
+    for schedule in rows:
+        last = "-" if schedule.last_task_id is None else str(schedule.last_status or "deleted")
+        table.add_row(
+            schedule.id,
+            schedule.name,
+            timing(schedule),
+            "paused" if schedule.paused else _moment(schedule.next_run_at),
+            _moment(schedule.last_run_at),
+            last,
+        )
+    return table
 
 
 def running_table(rows: list[dict[str, Any]]) -> Table:

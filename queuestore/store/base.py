@@ -47,6 +47,7 @@ from queuestore.store.deliveries import DeliveryVerbs
 from queuestore.store.durable import DurableVerbs
 from queuestore.store.operator import OperatorVerbs
 from queuestore.store.runs import RunVerbs, lost_runs
+from queuestore.store.schedules import ScheduleVerbs
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 
-class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs):
+class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs, ScheduleVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:

@@ -29,6 +29,7 @@ from queuestore.core.rollup import (
     floor_to,
     in_steps,
 )
+from queuestore.core.schedules import Schedule
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.core.workers import Worker
 from queuestore.store.backend import (
@@ -76,6 +77,7 @@ class InMemoryTaskStore(TaskStore):
         self._worker_rows: dict[str, Worker] = {}
         # Each task's named steps by name, in the order they were first recorded.
         self._steps_of: dict[str, dict[str, Step]] = {}
+        self._schedule_rows: dict[str, Schedule] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -640,6 +642,58 @@ class InMemoryTaskStore(TaskStore):
                 and (task.run_at is None or task.run_at <= now)
             ]
         return min(waiting, key=lambda task: (task.updated_at, task.id), default=None)
+
+    def _insert_schedule(self, schedule: Schedule) -> bool:
+        with self._changed:
+            if schedule.id in self._schedule_rows:
+                return False
+            self._schedule_rows[schedule.id] = schedule
+            return True
+
+    def _fetch_schedule(self, schedule_id: str, scope: OwnerScope) -> Schedule | None:
+        with self._changed:
+            found = self._schedule_rows.get(schedule_id)
+        return found if found is not None and scope.admits(found.owner) else None
+
+    def _schedules(self, scope: OwnerScope, limit: int) -> list[Schedule]:
+        with self._changed:
+            visible = [s for s in self._schedule_rows.values() if scope.admits(s.owner)]
+        return sorted(visible, key=lambda schedule: (schedule.created_at, schedule.id))[:limit]
+
+    def _due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        with self._changed:
+            due = [
+                schedule
+                for schedule in self._schedule_rows.values()
+                if not schedule.paused
+                and schedule.next_run_at is not None
+                and schedule.next_run_at <= now
+            ]
+        return sorted(due, key=lambda schedule: schedule.next_run_at or now)[:limit]
+
+    def _write_schedule(
+        self,
+        schedule_id: str,
+        version: int,
+        values: Mapping[str, Any],
+        news: Sequence[NewTask],
+    ) -> tuple[Schedule, list[Task]] | None:
+        with self._changed:
+            current = self._schedule_rows.get(schedule_id)
+            if current is None or current.version != version:
+                return None
+            if any(new.id in self._tasks for new in news):
+                return None  # a task of these ticks exists: another tick made it
+            update = {**values, "updated_at": self._now(), "version": version + 1}
+            written = current.model_copy(update=update)
+            self._schedule_rows[schedule_id] = written
+            return written, [self._inserted(new)[0] for new in news]
+
+    def _delete_schedule(self, schedule_id: str, scope: OwnerScope) -> None:
+        with self._changed:
+            found = self._schedule_rows.get(schedule_id)
+            if found is not None and scope.admits(found.owner):
+                del self._schedule_rows[schedule_id]
 
     def _beat_worker(self, worker: Worker) -> None:
         with self._changed:

@@ -1,4 +1,5 @@
-"""The callers' side: :class:`TaskQueue` submits, cancels, resumes and waits for tasks.
+"""The callers' side: :class:`TaskQueue` submits, cancels, resumes and waits for tasks,
+and keeps schedules (:mod:`~queuestore.submit.schedules`).
 
 It joins a store to a Celery app, registers the app's beat tasks and hands
 publishing to the broker side. Above it sit only the asyncio twins

@@ -52,6 +52,8 @@ from queuestore.run.jobs import (
 )
 from queuestore.store.base import TaskStore
 from queuestore.store.durable import Enforced
+from queuestore.store.schedules import DEFAULT_GRACE
+from queuestore.submit.schedules import ScheduleCalls
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,11 @@ RESUBMITTABLE: Final = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
 """The statuses of the tasks :meth:`TaskQueue.resubmit` submits again."""
 
 
-class TaskQueue:
+class TaskQueue(ScheduleCalls):
     """Joins a :class:`TaskStore` to a Celery app: tasks persist in one, run on the other.
+
+    Its schedules' verbs (``create_schedule``, ``trigger_schedule``...) are in
+    :class:`~queuestore.submit.schedules.ScheduleCalls`.
 
     Args:
         store: where tasks live.
@@ -584,8 +589,16 @@ class TaskQueue:
         janitor_batch_size: int = 1000,
         reaper_interval: timedelta = timedelta(seconds=10),
         sweep_interval: timedelta = timedelta(seconds=10),
+        schedules_interval: timedelta = timedelta(seconds=5),
+        schedules_grace: timedelta = DEFAULT_GRACE,
     ) -> None:
-        """Add the janitor, the reaper and the sweep to ``app.conf.beat_schedule``.
+        """Add the janitor, the reaper, the sweep and the schedules' tick to
+        ``app.conf.beat_schedule``.
+
+        The schedules' tick (``queuestore.schedules``, every ``schedules_interval``)
+        makes the tasks of the schedules kept in the store
+        (:meth:`create_schedule`); a tick seen more than ``schedules_grace`` late
+        counts as missed (the ``skip`` policy drops it).
 
         Each entry expires after its own interval, so beats that pile up while
         no worker runs are dropped instead of all running at once.
@@ -601,6 +614,8 @@ class TaskQueue:
             janitor_batch_size=janitor_batch_size,
             reaper_interval=reaper_interval,
             sweep_interval=sweep_interval,
+            schedules_interval=schedules_interval,
+            schedules_grace=schedules_grace,
         )
 
 

@@ -8,23 +8,27 @@ import pytest
 from celery import Celery
 
 from queuestore import TaskQueue
-from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SWEEP_TASK
+from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SCHEDULES_TASK, SWEEP_TASK
 
 
-def test_install_beat_schedule_adds_three_expiring_entries(app: Celery, queue: TaskQueue) -> None:
+def test_install_beat_schedule_adds_four_expiring_entries(app: Celery, queue: TaskQueue) -> None:
     queue.install_beat_schedule(
         janitor_ttl=timedelta(hours=2),
         janitor_interval=timedelta(seconds=30),
         reaper_interval=timedelta(seconds=5),
         sweep_interval=timedelta(seconds=7),
+        schedules_interval=timedelta(seconds=2),
+        schedules_grace=timedelta(seconds=9),
     )
     schedule = app.conf.beat_schedule
-    assert set(schedule) == {JANITOR_TASK, REAPER_TASK, SWEEP_TASK}
+    assert set(schedule) == {JANITOR_TASK, REAPER_TASK, SWEEP_TASK, SCHEDULES_TASK}
+    assert schedule[SCHEDULES_TASK]["kwargs"] == {"grace_seconds": 9.0}
+    assert schedule[SCHEDULES_TASK]["options"] == {"expires": 2.0}
     assert schedule[JANITOR_TASK]["kwargs"] == {"ttl_seconds": 7200.0, "batch_size": 1000}
     assert schedule[JANITOR_TASK]["options"] == {"expires": 30.0}
     assert schedule[REAPER_TASK]["options"] == {"expires": 5.0}
     assert schedule[SWEEP_TASK]["options"] == {"expires": 7.0}
-    assert {JANITOR_TASK, REAPER_TASK, SWEEP_TASK} <= set(app.tasks)
+    assert {JANITOR_TASK, REAPER_TASK, SWEEP_TASK, SCHEDULES_TASK} <= set(app.tasks)
 
 
 def test_the_janitor_task_removes_only_expired_terminal_tasks(

@@ -257,6 +257,54 @@ def test_a_plain_principal_sees_only_its_own_tasks_and_no_operator_view(
     assert refused == 403
 
 
+def schedule_row(schedule_id: str) -> str:
+    return f"document.querySelector('tr[data-schedule={json.dumps(schedule_id)}]')"
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_schedules_view_shows_next_and_last_run_and_acts(
+    browser: Chromium, api: Api, tmp_path: Path, width: int
+) -> None:
+    browser.resize(width, 1000)
+    with api.client("token-alice") as alice, api.client("token-bob") as bob:
+        made = alice.post(
+            "/schedules", json={"name": "http.add", "input": {"a": 1, "b": 1}, "cron": "0 2 * * *"}
+        )
+        assert made.status_code == 201, made.text
+        mine = made.json()
+        bobs = bob.post(
+            "/schedules", json={"name": "http.add", "input": {"a": 2, "b": 2}, "every": 3600}
+        ).json()
+        sign_in(browser, api, "token-alice", "#schedules")
+        browser.wait(f"{schedule_row(mine['id'])} !== null", what="alice's schedule")
+        assert browser.evaluate(f"{schedule_row(bobs['id'])} === null")
+        cells = browser.evaluate(
+            f"[...{schedule_row(mine['id'])}.children]"
+            ".map((td) => td.hidden ? null : td.textContent)"
+        )
+        assert cells[1:4] == ["http.add", None, "cron 0 2 * * *"]
+        assert cells[6] == "—"  # no task yet
+        assert browser.evaluate(OVERFLOWS) == []
+        shoot(browser, tmp_path, f"schedules-{width}")
+
+        browser.evaluate(f"{schedule_row(mine['id'])}.querySelectorAll('button')[0].click()")
+        browser.wait(
+            f"{schedule_row(mine['id'])}.children[4].textContent === 'paused'", what="the pause"
+        )
+        assert alice.get(f"/schedules/{mine['id']}").json()["paused"] is True
+        browser.evaluate(f"{schedule_row(mine['id'])}.querySelectorAll('button')[1].click()")
+        browser.wait("location.hash === '#tasks'", what="the triggered task")
+        task_id = alice.get(f"/schedules/{mine['id']}").json()["last_task_id"]
+        wait_for_status(alice, task_id, "completed")
+        go(browser, "schedules")
+        browser.wait(
+            f"{schedule_row(mine['id'])}.children[6].textContent === 'completed'",
+            what="the last task's outcome",
+        )
+        for made, client in ((mine, alice), (bobs, bob)):
+            client.delete(f"/schedules/{made['id']}")
+
+
 @pytest.mark.parametrize("width", [1280, 800])
 def test_each_view_fits_its_panels_and_every_chart_has_points(
     browser: Chromium, api: Api, work: dict[str, dict[str, Any]], tmp_path: Path, width: int

@@ -40,6 +40,7 @@ LAYOUT = [
     "howto/a2a-agent.md",
     "howto/testing-your-jobs.md",
     "howto/schedule-tasks.md",
+    "howto/run-on-a-schedule.md",
     "howto/retry-jobs.md",
     "howto/durable-work.md",
     "howto/unique-tasks.md",

@@ -48,6 +48,25 @@ def test_beat_started_by_the_command_drives_the_janitor(ops: Ops) -> None:
     )
 
 
+def test_a_schedule_added_by_the_command_ticks_through_beat_and_the_worker(ops: Ops) -> None:
+    added = ops.cli(
+        "schedules", "add", "-A", "ops_app", "ops.steps", '{"count": 1, "pause": 0}',
+        "--every", "2", "--owner", "dora", "--json",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    schedule_id = json.loads(added.stdout)["id"]
+
+    def ran() -> dict[str, Any] | None:
+        shown = json.loads(ops.cli("schedules", "show", "--json", "--", schedule_id).stdout)
+        return shown if shown["last_status"] == "completed" else None
+
+    shown = wait_for(ran, timeout=60, what="a tick's task to run", logs=[ops.beat, ops.worker])
+    assert ops.cli("schedules", "pause", "--", schedule_id).returncode == 0
+    task = ops.deployment.queue.store.get(shown["last_task_id"])
+    assert (task.name, task.owner, task.result) == ("ops.steps", "dora", {"steps": 1})
+    assert ops.cli("schedules", "delete", "--", schedule_id).returncode == 0
+
+
 def test_inspecting_commands_print_json(ops: Ops) -> None:
     ops.deployment.queue.submit("ops.steps", {"count": 1, "pause": 0.0})  # a second page below
     task = ops.deployment.queue.submit("ops.steps", {"count": 1, "pause": 0.0}, owner="carol")

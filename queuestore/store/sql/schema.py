@@ -1,5 +1,5 @@
 """queuestore's tables, as typed SQLAlchemy 2 mappings: tasks, watches, callbacks, deliveries,
-the rollup and the workers.
+the rollup, the workers and the schedules.
 
 The Alembic migrations in ``queuestore/store/sql/migrations`` build exactly this schema;
 a test compares the two on SQLite and PostgreSQL.
@@ -448,3 +448,38 @@ class WorkerRow(Base):
     beat_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # The ids of the tasks it ran at its last beat.
     running: Mapped[list[Any]] = mapped_column(JsonColumn)
+
+
+_DUE = "paused = false AND next_run_at IS NOT NULL"
+
+
+class ScheduleRow(Base):
+    """A schedule (see :class:`queuestore.Schedule`): its job, its timing, its next tick."""
+
+    __tablename__ = "queuestore_schedules"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    input: Mapped[dict[str, Any]] = mapped_column(JsonColumn)
+    owner: Mapped[str | None] = mapped_column(String(256))
+    cron: Mapped[str | None] = mapped_column(String(200))
+    every_ms: Mapped[int | None] = mapped_column(BigInteger)
+    timezone: Mapped[str] = mapped_column(String(64))
+    catch_up: Mapped[str] = mapped_column(String(10))
+    catch_up_limit: Mapped[int] = mapped_column(Integer)
+    paused: Mapped[bool] = mapped_column(Boolean)
+    next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_task_id: Mapped[str | None] = mapped_column(String(64))
+    anchor_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    version: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        CheckConstraint("catch_up IN ('skip', 'once', 'each')", name="catch_up"),
+        CheckConstraint("(cron IS NULL) <> (every_ms IS NULL)", name="timing"),
+        Index(None, "owner", "created_at", "id"),
+        # What beat's tick reads: the schedules due, soonest first.
+        _partial("ix_queuestore_schedules_due", ["next_run_at"], _DUE),
+    )

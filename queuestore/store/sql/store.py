@@ -33,6 +33,7 @@ from queuestore.core.errors import InvalidTaskData, StoreUnavailable, TaskConfli
 from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import CurrentCount, SeriesCount
+from queuestore.core.schedules import Schedule
 from queuestore.core.watch import Listener, StatusChange
 from queuestore.core.workers import Worker
 from queuestore.store.backend import (
@@ -48,7 +49,16 @@ from queuestore.store.backend import (
 from queuestore.store.base import TaskStore
 from queuestore.store.deliveries import Outgoing, Settlement
 from queuestore.store.runs import stops_a_run
-from queuestore.store.sql import codec, deadlines, deliveries, operator, queries, steps, tree
+from queuestore.store.sql import (
+    codec,
+    deadlines,
+    deliveries,
+    operator,
+    queries,
+    schedules,
+    steps,
+    tree,
+)
 from queuestore.store.sql.engine import DEFAULT_POOL_SIZE, make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -870,6 +880,47 @@ class SqlTaskStore(TaskStore):
     def _forget_workers(self, worker_id: str | None, beat_before: datetime | None) -> int:
         with self._executor.connection() as connection:
             return operator.forget(connection, worker_id, beat_before)
+
+    # -- schedules ----------------------------------------------------------
+
+    def _insert_schedule(self, schedule: Schedule) -> bool:
+        with self._executor.connection() as connection:
+            return schedules.insert_schedule(connection, schedule, postgres=self._postgres)
+
+    def _fetch_schedule(self, schedule_id: str, scope: OwnerScope) -> Schedule | None:
+        with self._executor.connection() as connection:
+            return schedules.fetch(connection, schedule_id, scope)
+
+    def _schedules(self, scope: OwnerScope, limit: int) -> list[Schedule]:
+        with self._executor.connection() as connection:
+            return schedules.listed(connection, scope, limit)
+
+    def _due_schedules(self, now: datetime, limit: int) -> list[Schedule]:
+        with self._executor.connection() as connection:
+            return schedules.due(connection, now, limit)
+
+    def _write_schedule(
+        self,
+        schedule_id: str,
+        version: int,
+        values: Mapping[str, Any],
+        news: Sequence[NewTask],
+    ) -> tuple[Schedule, list[Task]] | None:
+        try:
+            with self._transaction() as connection:
+                written = schedules.write(
+                    connection, schedule_id, version, values, self._clock.at()
+                )
+                if written is None:
+                    return None
+                inserted = self._insert_batch(_on(connection), news) if news else []
+                return written, [task for task, _ in inserted]
+        except TaskConflict:  # a task of these ticks exists: another beat made it
+            return None
+
+    def _delete_schedule(self, schedule_id: str, scope: OwnerScope) -> None:
+        with self._executor.connection() as connection:
+            schedules.remove(connection, schedule_id, scope)
 
     def _running_counts(self) -> dict[tuple[str | None, str], int]:
         with self._executor.connection() as connection:
