@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         TaskConflict,
         TaskNotFound,
     )
+    from queuestore.core.flow import FlowControl, Pause, PauseKind, RateLimit, RetryAfter
     from queuestore.core.models import (
         LIVE,
         TERMINAL,
@@ -72,6 +73,7 @@ _HOMES = {
         "DeliveryState",
     ],
     "queuestore.core.concurrency": ["ConcurrencyLimits"],
+    "queuestore.core.flow": ["FlowControl", "Pause", "PauseKind", "RateLimit", "RetryAfter"],
     "queuestore.core.errors": [
         "BrokerUnavailable",
         "CallbackRefused",
@@ -141,6 +143,7 @@ __all__ = [
     "Delivery",
     "DeliveryPolicy",
     "DeliveryState",
+    "FlowControl",
     "InMemoryTaskStore",
     "InputRequested",
     "InvalidCursor",
@@ -149,8 +152,12 @@ __all__ = [
     "Job",
     "JobCancelled",
     "LeaseLost",
+    "Pause",
+    "PauseKind",
     "QueueStoreError",
+    "RateLimit",
     "Retry",
+    "RetryAfter",
     "Rollup",
     "RunTimedOut",
     "Settings",

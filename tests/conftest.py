@@ -183,8 +183,11 @@ OPERATOR_TABLES = (
     "queuestore_rollup_series",
     "queuestore_rollup_jobs",
     "queuestore_workers",
+    "queuestore_rate_starts",
+    "queuestore_rate_waits",
+    "queuestore_pauses",
 )
-"""What the operator's view keeps beside the tasks, emptied with them."""
+"""What the operator's view and flow control keep beside the tasks, emptied with them."""
 
 
 def _emptied(engine: Engine) -> Engine:

@@ -4,8 +4,9 @@
 executor runs them, the codec decodes their rows, the engine module makes
 engines, the schema module declares the tables. ``deliveries``, off the tasks'
 hot path, builds and runs the statements of callbacks and deliveries on the
-connections the store hands it; ``steps``, ``tree`` and ``deadlines`` build
-the statements of named steps, of the task tree and of deadlines.
+connections the store hands it; ``steps``, ``tree``, ``deadlines`` and ``flow``
+build the statements of named steps, of the task tree, of deadlines and of flow
+control (pauses, rate limits).
 These tests read the modules' imports, so that a statement built elsewhere
 (an inline ``select``, a ``func.now()``) is found before review has to.
 """
@@ -89,4 +90,5 @@ def test_the_package_holds_the_modules_it_says() -> None:
         "steps",
         "tree",
         "deadlines",
+        "flow",
     }
