@@ -76,8 +76,9 @@ class FlowVerbs(StoreBackend):
         share of the period after the one before, so that they come back one
         by one. The task stays unclaimed and live with ``run_at`` set and no
         publish mark: the sweep publishes it near that time, as a scheduled
-        start. None when neither holds it back (it may be claimed now) or it
-        moved on from ``version``.
+        start. A task of a rated job always gets a time (its turn, if its rate
+        has room by now). None when neither holds it back, or it moved on from
+        ``version``.
         """
         task = self._fetch(check.task_id(task_id), OwnerScope(unscoped=True))
         if task is None or task.version != version or not is_pending(task):
@@ -116,9 +117,8 @@ class FlowVerbs(StoreBackend):
             return None
         rate = flow.rates[task.name]
         cost = flow.cost_of(task)
-        free_at = _frees_at(self._rate_starts(bucket), cost, rate.limit, now)
-        if free_at is None:
-            return None
+        # Room now (a start expired since the claim): try again at its turn.
+        free_at = _frees_at(self._rate_starts(bucket), cost, rate.limit, now) or now
         return self._reserve_wake(bucket, free_at, rate.per * cost / rate.limit)
 
     @abstractmethod

@@ -159,7 +159,7 @@ def test_a_paused_task_waits_until_the_pause_ends(store: TaskStore) -> None:
 
 
 def test_a_task_nothing_holds_back_is_not_made_to_wait(store: TaskStore) -> None:
-    task = store.create("x.call")
+    task = store.create("x.unrated")
 
     assert (
         store.wait_for_flow(task.id, version=task.version, flow=THREE_A_MINUTE, recheck=LEASE)
