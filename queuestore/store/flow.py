@@ -117,9 +117,13 @@ class FlowVerbs(StoreBackend):
             return None
         rate = flow.rates[task.name]
         cost = flow.cost_of(task)
+        free_at = _frees_at(self._rate_starts(bucket), cost, rate.limit, now)
+        if task.run_at is not None and task.run_at <= now:
+            # Its turn came a little before the start it follows left the period:
+            # it tries again when that start leaves, keeping its place in the line.
+            return free_at or now
         # Room now (a start expired since the claim): try again at its turn.
-        free_at = _frees_at(self._rate_starts(bucket), cost, rate.limit, now) or now
-        return self._reserve_wake(bucket, free_at, rate.per * cost / rate.limit)
+        return self._reserve_wake(bucket, free_at or now, rate.per * cost / rate.limit)
 
     @abstractmethod
     def _pause(
