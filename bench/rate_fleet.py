@@ -15,6 +15,7 @@ share of the limit (the target is at least 95 %).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import secrets
@@ -63,6 +64,7 @@ def main() -> None:
             "QUEUESTORE_SWEEP_INTERVAL": "1",
             "QUEUESTORE_PUBLISH_GRACE": "1",
             "QUEUESTORE_AUTO_MIGRATE": "false",
+            "QUEUESTORE_LOG_LEVEL": "INFO",
             "BENCH_QUEUE": f"bench_fleet_{secrets.token_hex(4)}",
             "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]),
         }
@@ -70,10 +72,11 @@ def main() -> None:
         command = [
             sys.executable, "-m", "celery", "-A", "rate_fleet_app", "worker",
             f"--concurrency={args.processes}", "--beat", f"--schedule={Path(home) / 'beat'}",
-            "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING",
+            "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=INFO",
             f"--queues={env['BENCH_QUEUE']}",
         ]  # fmt: skip
-        with process(command, env, Path(home) / "worker.log"):
+        log = Path(os.environ.get("BENCH_LOG", Path(home) / "worker.log"))
+        with process(command, env, log):
             from celery import Celery
 
             app = settings.configure(Celery("bench_fleet"))
@@ -102,6 +105,13 @@ def main() -> None:
     for start in starts:
         per_ten[int((start - first) // 10)] += 1
     print(f"  starts per 10 s: {per_ten}")
+    if os.environ.get("BENCH_DETAIL"):
+        per_second = [0] * (int(span) + 1)
+        for start in starts:
+            per_second[int(start - first)] += 1
+        print(f"  starts per second: {per_second}")
+        gaps = sorted((b - a, a - first) for a, b in itertools.pairwise(sorted(starts)))[-10:]
+        print("  longest gaps (gap, at):", [(round(g, 2), round(at, 1)) for g, at in gaps])
 
 
 def _settings_of(env: dict[str, str]) -> dict[str, object]:
