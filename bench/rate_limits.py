@@ -1,7 +1,8 @@
 """Rate limits: what a claim under a rate limit costs on PostgreSQL, beside one without.
 
-Three ways to claim the same N submitted tasks, timed in the same run, in
-alternating rounds on fresh rows:
+Three ways to claim N submitted tasks each, timed in the same run, claim by
+claim in turn (so that the machine's load weighs on every way alike), on
+fresh rows each round:
 
 - **store**: ``TaskStore.claim`` with no flow control (one statement).
 - **paused**: ``TaskStore.claim(..., flow=FlowControl())``: the same statement
@@ -11,7 +12,7 @@ alternating rounds on fresh rows:
   transaction that locks the owner's bucket, claims with the sum of the
   bucket's starts in the period, and logs the start. The limit leaves room
   for every claim, so every claim wins; each bucket holds the starts of the
-  last second (about ``--tasks / 50`` rows per round).
+  last second (up to ``--tasks / 50`` rows).
 
 Between rounds, untimed, the runs are ended, the starts pruned and the table
 vacuumed. It prints the medians in milliseconds and the ratios; the target is
@@ -61,19 +62,23 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in ways}
         refused = 0
         for _ in range(args.rounds):
-            for name, claim in ways.items():
-                task_ids = fresh()
-                start = time.perf_counter()
-                for task_id in task_ids:
-                    refused += claim(task_id) is None
-                times[name].append((time.perf_counter() - start) / args.tasks * 1000)
-                raw.execute(
-                    "UPDATE queuestore_tasks SET status = 'completed', worker_id = NULL, "
-                    "lease_expires_at = NULL WHERE worker_id = 'w'"
-                )
-                time.sleep(1.0)  # the round's starts leave their period
-                store.prune_flow()
-                raw.execute("VACUUM queuestore_tasks")
+            # Claim by claim in turn, so that the machine's load weighs on every way alike.
+            task_ids = {name: fresh() for name in ways}
+            spent = dict.fromkeys(ways, 0.0)
+            for index in range(args.tasks):
+                for name, claim in ways.items():
+                    start = time.perf_counter()
+                    refused += claim(task_ids[name][index]) is None
+                    spent[name] += time.perf_counter() - start
+            for name, total in spent.items():
+                times[name].append(total / args.tasks * 1000)
+            raw.execute(
+                "UPDATE queuestore_tasks SET status = 'completed', worker_id = NULL, "
+                "lease_expires_at = NULL WHERE worker_id = 'w'"
+            )
+            time.sleep(1.0)  # the round's starts leave their period
+            store.prune_flow()
+            raw.execute("VACUUM queuestore_tasks")
         raw.close()
         store.close()
     medians = {name: statistics.median(values) for name, values in times.items()}

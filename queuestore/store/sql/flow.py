@@ -148,6 +148,27 @@ def log_start(flow: FlowControl, later: Any) -> Any:
     return insert(STARTS).from_select(["bucket", "cost", "until"], rows)
 
 
+def claim_logging_start(claim: Any, flow: FlowControl, later: Any, task: Any) -> Any:
+    """The claim ``claim`` (an UPDATE returning ``task``) that logs its start in the same
+    statement (PostgreSQL): the written row's bucket, cost and end of period go into
+    :data:`STARTS` from its ``RETURNING``, and the statement returns ``task`` (and the
+    claim's NOTIFYs, which the reader drops)."""
+    bucket = bucket_of(flow)
+    claimed = claim.returning(
+        bucket.label("rate_bucket"),
+        cost_of(flow).label("rate_cost"),
+        later(_period_ms_of(flow)).label("rate_until"),
+    ).cte("claimed")
+    logged = insert(STARTS).from_select(
+        ["bucket", "cost", "until"],
+        select(claimed.c.rate_bucket, claimed.c.rate_cost, claimed.c.rate_until).where(
+            claimed.c.rate_bucket.is_not(None)
+        ),
+    )
+    notices = [column for column in claimed.c if column.key.startswith("_")]  # its NOTIFYs
+    return select(claimed.c[task.key], *notices).add_cte(logged.cte("logged"))
+
+
 def lock_bucket(flow: FlowControl) -> Any:
     """Lock the bucket of the task ``:task_id`` for this transaction (PostgreSQL).
 

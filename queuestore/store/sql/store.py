@@ -754,14 +754,24 @@ class SqlTaskStore(TaskStore):
                 ("lock_bucket", flow), lambda: flow_sql.lock_bucket(flow), columns=[]
             )
             statements.append((bucket, {"task_id": task_id}))
+            claim = self._claim_logging_start(shape, flow)
         statements.append((claim, params))
-        if rated:
-            assert flow is not None
-            log = self._log_start(flow)
-            statements.append((log, {"task_id": task_id, "worker": limited.claim[0]}))
-        claimed_at = len(statements) - (2 if rated else 1)
-        rows = self._executor.in_transaction(statements, rows_of=claimed_at)
+        rows = self._executor.in_transaction(statements)
         return codec.task(rows[0]) if rows else None
+
+    def _claim_logging_start(self, shape: WriteShape, flow: FlowControl) -> Prepared:
+        """The claim of ``shape`` that logs its start in the same statement (PostgreSQL)."""
+
+        def build() -> ClauseElement:
+            claim = queries.write_task(shape, self._clock, [queries.TASK_OBJECT])
+            logged: ClauseElement = flow_sql.claim_logging_start(
+                claim, flow, self._clock.after_ms, queries.TASK_JSON
+            )
+            return logged
+
+        return self._executor.prepare(
+            ("json", "logging", shape), build, columns=[queries.TASK_JSON]
+        )
 
     def _claim_rated_sqlite(self, task_id: str, write: Write, flow: FlowControl) -> Task | None:
         """A claim under a rate on SQLite: the claim and its start's log entry, one transaction."""
