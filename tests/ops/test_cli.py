@@ -107,7 +107,6 @@ def five_thirty_east(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-@pytest.mark.usefixtures("five_thirty_east")
 def test_flow_pauses_shows_and_resumes_a_job_an_owner_and_a_key(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,6 +146,7 @@ def test_flow_pauses_shows_and_resumes_a_job_an_owner_and_a_key(
     assert "not both" in both.output
 
 
+@pytest.mark.usefixtures("five_thirty_east")
 def test_tasks_list_and_show_give_the_start_of_a_scheduled_task(database_url: str) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
