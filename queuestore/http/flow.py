@@ -10,6 +10,7 @@ lives in the store: it holds on every worker and survives restarts.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field, model_validator
 
 from queuestore.core.flow import Pause, PauseKind
-from queuestore.http.problems import responses
+from queuestore.http.problems import ProblemError, responses
 from queuestore.http.service import Admin, ServiceDep
 
 router = APIRouter(tags=["operator"])
@@ -87,6 +88,22 @@ class PauseRequest(BaseModel):
         return self.until
 
 
+class DrainRequest(BaseModel):
+    """Drain a worker, or (``undo``) make a drained one take messages again."""
+
+    model_config = {"extra": "forbid"}
+
+    undo: bool = False
+
+
+class Drained(BaseModel):
+    """The worker that answered, and whether it now takes messages from the queue."""
+
+    node: str
+    queue: str
+    consuming: bool
+
+
 class Resumed(BaseModel):
     """Whether a pause was in force and is lifted."""
 
@@ -122,3 +139,22 @@ async def pause(
 async def resume(kind: KindPath, value: ValuePath, admin: Admin, service: ServiceDep) -> Resumed:
     """Lift a pause: its tasks start again as they come due; admins."""
     return Resumed(resumed=await service.store.resume(kind, value))
+
+
+@router.post("/operator/workers/{node}/drain", responses=responses(401, 403, 404, 422))
+async def drain(
+    node: Annotated[str, Path(min_length=1, max_length=300, description="The worker's node name.")],
+    body: DrainRequest,
+    admin: Admin,
+    service: ServiceDep,
+) -> Drained:
+    """Drain one worker for a deploy: it takes no new message from the app's queue and
+    finishes what it runs (Celery's cancel_consumer); ``undo`` makes it take messages
+    again. 404 ``worker-not-found`` when no worker of that name answers; admins."""
+    app = service.queue.sync.app
+    queue = app.conf.task_default_queue or "celery"
+    control = app.control.add_consumer if body.undo else app.control.cancel_consumer
+    replies = await asyncio.to_thread(control, queue, destination=[node], reply=True, timeout=5.0)
+    if not replies:
+        raise ProblemError(404, "worker-not-found", f"no worker named {node!r} answered")
+    return Drained(node=node, queue=queue, consuming=body.undo)

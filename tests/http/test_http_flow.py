@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -86,3 +87,37 @@ def test_only_an_admin_may_and_bad_input_writes_nothing(http: TestClient, queue:
 
     assert [bad_kind.status_code, both.status_code, naive.status_code] == [422, 422, 422]
     assert queue.store.pauses() == []
+
+
+def test_an_admin_drains_a_worker_through_celery_s_control(
+    http: TestClient, queue: TaskQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[tuple[str, str, list[str]]] = []
+
+    def answered(verb: str) -> Any:
+        def control(queue_name: str, *, destination: list[str], **_: Any) -> list[Any]:
+            sent.append((verb, queue_name, destination))
+            return [{destination[0]: {"ok": "done"}}] if destination[0] != "gone@x" else []
+
+        return control
+
+    monkeypatch.setattr(queue.app.control, "cancel_consumer", answered("cancel"))
+    monkeypatch.setattr(queue.app.control, "add_consumer", answered("add"))
+
+    drained = http.post("/operator/workers/celery@host-1/drain", json={}, headers=OPS)
+    undone = http.post("/operator/workers/celery@host-1/drain", json={"undo": True}, headers=OPS)
+    gone = http.post("/operator/workers/gone@x/drain", json={}, headers=OPS)
+    refused = http.post("/operator/workers/celery@host-1/drain", json={}, headers=ALICE)
+
+    assert drained.json() == {"node": "celery@host-1", "queue": "celery", "consuming": False}
+    assert undone.json()["consuming"] is True
+    assert (gone.status_code, gone.json()["type"]) == (
+        404,
+        "urn:queuestore:problem:worker-not-found",
+    )
+    assert refused.status_code == 403
+    assert sent == [
+        ("cancel", "celery", ["celery@host-1"]),
+        ("add", "celery", ["celery@host-1"]),
+        ("cancel", "celery", ["gone@x"]),
+    ]
