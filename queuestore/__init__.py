@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         TaskConflict,
         TaskNotFound,
     )
+    from queuestore.core.flow import FlowControl, Pause, PauseKind, RateLimit, RetryAfter
     from queuestore.core.models import (
         LIVE,
         TERMINAL,
@@ -74,6 +75,7 @@ _HOMES = {
         "DeliveryState",
     ],
     "queuestore.core.concurrency": ["ConcurrencyLimits"],
+    "queuestore.core.flow": ["FlowControl", "Pause", "PauseKind", "RateLimit", "RetryAfter"],
     "queuestore.core.errors": [
         "BrokerUnavailable",
         "CallbackRefused",
@@ -146,6 +148,7 @@ __all__ = [
     "Delivery",
     "DeliveryPolicy",
     "DeliveryState",
+    "FlowControl",
     "InMemoryTaskStore",
     "InputRequested",
     "InvalidCursor",
@@ -154,8 +157,12 @@ __all__ = [
     "Job",
     "JobCancelled",
     "LeaseLost",
+    "Pause",
+    "PauseKind",
     "QueueStoreError",
+    "RateLimit",
     "Retry",
+    "RetryAfter",
     "Rollup",
     "RunTimedOut",
     "Schedule",

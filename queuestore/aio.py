@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
 from queuestore.core.errors import InvalidTaskData
+from queuestore.core.flow import Pause, PauseKind
 from queuestore.core.models import Artifact, Step, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.rollup import Rollup
@@ -216,6 +217,27 @@ class AsyncTaskStore:
     async def running_counts(self) -> dict[tuple[str | None, str], int]:
         """See :meth:`TaskStore.running_counts`."""
         return await self.sync.run_async(self.sync.running_counts)
+
+    async def pause(
+        self,
+        kind: PauseKind | str,
+        value: str,
+        *,
+        until: datetime | None = None,
+        reason: str | None = None,
+    ) -> Pause:
+        """See :meth:`TaskStore.pause`."""
+        return await self.sync.run_async(
+            functools.partial(self.sync.pause, kind, value, until=until, reason=reason)
+        )
+
+    async def resume(self, kind: PauseKind | str, value: str) -> bool:
+        """See :meth:`TaskStore.resume`."""
+        return await self.sync.run_async(self.sync.resume, kind, value)
+
+    async def pauses(self) -> builtins.list[Pause]:
+        """See :meth:`TaskStore.pauses`."""
+        return await self.sync.run_async(self.sync.pauses)
 
     async def add_callback(self, task_id: str, url: str, **options: Any) -> Callback:
         """See :meth:`TaskStore.add_callback` (the URL's host is resolved in a thread)."""

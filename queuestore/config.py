@@ -14,10 +14,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.flow import FlowControl, RateLimit
 from queuestore.core.urls import UrlPolicy
 from queuestore.core.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
@@ -116,6 +126,22 @@ RENAMED: Final = {
 }
 """Variables of earlier releases, and the ones that replaced them: set, they are refused
 rather than silently ignored (see docs/howto/deploy.md, upgrading)."""
+
+
+class RateLimitSetting(BaseModel):
+    """One job's rate limit in ``rate_limits``: checked as :class:`~queuestore.RateLimit`."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+    limit: PositiveInt
+    per: PositiveFloat = 1.0
+    key: str | None = None
+    cost: PositiveInt | str = 1
+
+    @model_validator(mode="after")
+    def _a_rate_limit(self) -> RateLimitSetting:
+        RateLimit(self.limit, per=timedelta(seconds=self.per), key=self.key, cost=self.cost)
+        return self
 
 
 class Settings(BaseSettings):
@@ -251,6 +277,18 @@ class Settings(BaseSettings):
         description="The most running tasks of a job, whatever their owners, as a JSON "
         'object mapping job names to limits (`{"reports.build": 2}`).',
     )
+    rate_limits: Annotated[dict[str, RateLimitSetting], BeforeValidator(_json_text)] = Field(
+        default_factory=dict,
+        description="The most starts of a job per period, across every worker, as a JSON "
+        'object mapping job names to `{"limit": 10, "per": 1.0}` (seconds), with an '
+        'optional `"key"` (`"owner"` or `"input.<field>"`: a limit per key) and `"cost"` '
+        '(units a start costs: a number or `"input.<field>"`).',
+    )
+    pause_recheck: Duration = Field(
+        timedelta(seconds=10),
+        description="How often a task waiting for a pause with no end is tried again; "
+        "a resume is heard within it.",
+    )
     schedule_ahead: Duration | None = Field(
         None,
         description="How long before a scheduled task's start its message is published, "
@@ -372,6 +410,18 @@ class Settings(BaseSettings):
         return data
 
     @property
+    def flow(self) -> FlowControl:
+        """The flow control ``rate_limits`` sets."""
+        return FlowControl(
+            rates={
+                name: RateLimit(
+                    rate.limit, per=timedelta(seconds=rate.per), key=rate.key, cost=rate.cost
+                )
+                for name, rate in self.rate_limits.items()
+            }
+        )
+
+    @property
     def limits(self) -> ConcurrencyLimits:
         """The concurrency limits ``owner_concurrency`` and ``job_concurrency`` set."""
         return ConcurrencyLimits(per_owner=self.owner_concurrency, per_job=self.job_concurrency)
@@ -482,6 +532,8 @@ class Settings(BaseSettings):
             limits=self.limits,
             timeout_grace=self.timeout_grace,
             timeout_interrupt=self.timeout_interrupt,
+            flow=self.flow,
+            pause_recheck=self.pause_recheck,
         )
         if beat:
             queue.install_beat_schedule(

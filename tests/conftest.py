@@ -204,8 +204,12 @@ OPERATOR_TABLES = (
     "queuestore_rollup_jobs",
     "queuestore_workers",
     "queuestore_schedules",
+    "queuestore_rate_starts",
+    "queuestore_rate_waits",
+    "queuestore_pauses",
 )
-"""What the operator's view and the schedules keep beside the tasks, emptied with them."""
+"""What the operator's view, the schedules and flow control keep beside the tasks, emptied
+with them."""
 
 
 def _emptied(engine: Engine) -> Engine:

@@ -41,6 +41,7 @@ def sweep(publisher: Publisher, *, limit: int = 500) -> int:
             break
         published += 1
     published += _tend_the_tree(publisher, limit)
+    publisher.store.prune_flow()  # the rate limits' starts past their period, ended pauses
     publisher.marks.flush()  # one write for the sweep, before the next can run
     if published:  # quiet when it had nothing to do
         log.info("the sweep published %d waiting tasks", published)

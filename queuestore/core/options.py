@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from queuestore.core.concurrency import NO_LIMITS, ConcurrencyLimits
+from queuestore.core.flow import NO_FLOW, FlowControl
 
 DEFAULT_SCHEDULE_AHEAD = timedelta(seconds=12)
 """How early a scheduled task's message goes out, where the lease leaves room for it."""
@@ -42,6 +43,8 @@ class QueueOptions:
     limits: ConcurrencyLimits
     timeout_grace: timedelta = timedelta(seconds=10)
     timeout_interrupt: bool = True
+    flow: FlowControl = NO_FLOW
+    pause_recheck: timedelta = timedelta(seconds=10)
 
     @classmethod
     def build(
@@ -60,6 +63,8 @@ class QueueOptions:
         limits: ConcurrencyLimits = NO_LIMITS,
         timeout_grace: timedelta = timedelta(seconds=10),
         timeout_interrupt: bool = True,
+        flow: FlowControl = NO_FLOW,
+        pause_recheck: timedelta = timedelta(seconds=10),
     ) -> QueueOptions:
         """The options, with ``ack_after`` (half the lease) and ``schedule_ahead``
         (12 s, or less where the lease leaves less) worked out when None."""
@@ -80,11 +85,17 @@ class QueueOptions:
             limits=limits,
             timeout_grace=timeout_grace,
             timeout_interrupt=timeout_interrupt,
+            flow=flow,
+            pause_recheck=pause_recheck,
         )
 
     def __post_init__(self) -> None:
         if not isinstance(self.limits, ConcurrencyLimits):
             raise TypeError("limits must be a queuestore.ConcurrencyLimits")
+        if not isinstance(self.flow, FlowControl):
+            raise TypeError("flow must be a queuestore.FlowControl")
+        if self.pause_recheck <= timedelta(0):
+            raise ValueError("pause_recheck must be more than zero")
         if self.timeout_grace < timedelta(0):
             raise ValueError("timeout_grace must be zero or more")
         if self.heartbeat_interval >= self.lease:

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from queuestore import TaskQueue
 from queuestore.aio import AsyncTaskQueue
 from queuestore.config import Settings
-from queuestore.http import batch, operator, problems, schedules, sse, tasks
+from queuestore.http import batch, flow, operator, problems, schedules, sse, tasks
 from queuestore.http.auth import Authenticator, StaticTokens, TokenVerifier, load_verifier
 from queuestore.http.body_limit import BodyLimit
 from queuestore.http.origin import SameOriginWrites
@@ -108,6 +108,7 @@ def create_app(
     app.include_router(sse.router)
     app.include_router(operator.router)
     app.include_router(schedules.router)
+    app.include_router(flow.router)
     _health(app)
     _whoami(app)
     _dashboard(app)

@@ -58,10 +58,16 @@ schedules = typer.Typer(
     rich_markup_mode=None,
     no_args_is_help=True,
 )
+flow = typer.Typer(
+    help="Pause and resume a job, an owner or a key; show the rate limits; drain a worker.",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+)
 app.add_typer(db, name="db")
 app.add_typer(tasks, name="tasks")
 app.add_typer(schedules, name="schedules")
 app.add_typer(config, name="config")
+app.add_typer(flow, name="flow")
 
 
 @functools.cache
@@ -1170,6 +1176,146 @@ def config_reference() -> None:
 
 
 # -- maintenance ----------------------------------------------------------------
+
+
+# -- flow control ---------------------------------------------------------------
+
+KindArgument = Annotated[
+    str, typer.Argument(metavar="KIND", help="What to pause: job, owner or key.")
+]
+ValueArgument = Annotated[
+    str, typer.Argument(metavar="VALUE", help="The job's name, the owner, or the key.")
+]
+
+
+@flow.command("pause")
+def flow_pause(
+    kind: KindArgument,
+    value: ValueArgument,
+    *,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", metavar="TIME", help="End of the pause, ISO 8601 with offset."),
+    ] = None,
+    for_: Annotated[
+        str | None,
+        typer.Option("--for", metavar="DURATION", help="Length: seconds (90) or ISO (PT5M)."),
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", metavar="TEXT", help="Why, for the record.")
+    ] = None,
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Stop every start of a job, an owner or a key, on every worker; running tasks finish.
+
+    Without --until or --for it lasts until queuestore flow resume.
+    """
+    end = _pause_end(until, for_)
+    with _reporting():
+        pause = _store(url).pause(kind, value, until=end, reason=reason)
+    if as_json:
+        _print_json(pause.as_json())
+        return
+    ends = "until resumed" if pause.until is None else f"until {pause.until.isoformat()}"
+    _console().print(f"paused {pause.kind.value} {pause.value} {ends}", highlight=False)
+
+
+def _pause_end(until: str | None, for_: str | None) -> Any:
+    """The end of a pause from ``--until`` or ``--for``; a usage error when bad."""
+    from datetime import UTC, datetime
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from queuestore.config import Duration
+
+    if until is not None and for_ is not None:
+        _fail("give --until or --for, not both", 2)
+    if until is not None:
+        return _instant("--until", until)
+    if for_ is None:
+        return None
+    try:
+        return datetime.now(UTC) + TypeAdapter(Duration).validate_python(for_)
+    except ValidationError:
+        _fail(f"--for: {for_!r} is not a duration: give seconds (90) or ISO 8601 (PT5M)", 2)
+
+
+@flow.command("resume")
+def flow_resume(
+    kind: KindArgument, value: ValueArgument, url: UrlOption = None, as_json: JsonOption = False
+) -> None:
+    """Lift the pause of a job, an owner or a key: its waiting tasks start again."""
+    with _reporting():
+        resumed = _store(url).resume(kind, value)
+    if as_json:
+        _print_json({"kind": kind, "value": value, "resumed": resumed})
+        return
+    _console().print(
+        f"resumed {kind} {value}" if resumed else f"{kind} {value} was not paused", highlight=False
+    )
+
+
+@flow.command("show")
+def flow_show(url: UrlOption = None, as_json: JsonOption = False) -> None:
+    """The pauses in force, and the rate limits the settings give the jobs."""
+    with _reporting():
+        settings = _settings(url)
+        pauses = _store(url).pauses()
+    rates = {
+        name: {
+            "limit": rate.limit,
+            "per": rate.per.total_seconds(),
+            "key": rate.key,
+            "cost": rate.cost,
+        }
+        for name, rate in settings.flow.rates.items()
+    }
+    if as_json:
+        _print_json({"pauses": [pause.as_json() for pause in pauses], "rate_limits": rates})
+        return
+    console = _console()
+    if not pauses:
+        console.print("no pause in force")
+    for pause in pauses:
+        ends = "until resumed" if pause.until is None else f"until {pause.until.isoformat()}"
+        why = f" ({pause.reason})" if pause.reason else ""
+        console.print(f"paused {pause.kind.value} {pause.value} {ends}{why}", highlight=False)
+    for name, rate in rates.items():
+        keyed = f" per {rate['key']}" if rate["key"] else ""
+        console.print(
+            f"rate {name}: {rate['limit']} per {rate['per']:g} s{keyed}, cost {rate['cost']}",
+            highlight=False,
+        )
+
+
+@flow.command("drain")
+def flow_drain(
+    worker: Annotated[
+        str, typer.Argument(metavar="WORKER", help="The worker's node name, e.g. celery@host.")
+    ],
+    *,
+    undo: Annotated[
+        bool, typer.Option("--undo", help="Take messages again (after a drain).")
+    ] = False,
+    celery_app: AppOption = "workers",
+) -> None:
+    """Drain one worker for a deploy: it takes no new message and finishes what it runs.
+
+    Celery's own remote control (cancel_consumer on the app's queue): the
+    other workers go on, and the tasks the drained one would have taken wait
+    for them. Stop the worker once its running tasks ended (queuestore
+    tasks running); --undo makes it consume again.
+    """
+    with _reporting():
+        celery = _celery_app(celery_app)
+        queue_name = celery.conf.task_default_queue or "celery"
+        control = celery.control.add_consumer if undo else celery.control.cancel_consumer
+        replies = control(queue_name, destination=[worker], reply=True, timeout=5.0)
+    if not replies:
+        _fail(f"worker {worker} did not answer: is it running, and is the name its node name?")
+    verb = "takes messages from" if undo else "stopped taking messages from"
+    _console().print(f"{worker} {verb} queue {queue_name}", highlight=False)
 
 
 @app.command()

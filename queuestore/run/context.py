@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec
+from typing import Any, NoReturn, ParamSpec
 
 from pydantic import JsonValue
 
 from queuestore.core import validation as check
 from queuestore.core.errors import InvalidTaskData
+from queuestore.core.flow import retry_after
 from queuestore.core.models import Artifact, Task
 from queuestore.run.children import Children, FindJob, spawn_arguments
 from queuestore.run.lease import JobCancelled, Run
+from queuestore.run.pauses import pause_and_wait
 from queuestore.run.steps import StepLog
 from queuestore.run.suspend import Suspended
 from queuestore.store.backend import UNSET, Unset
@@ -191,6 +193,28 @@ class TaskContext:
         """
         until = check.aware(when, "when").astimezone(UTC)
         self._steps.sleep(name, lambda _: until)
+
+    def pause(
+        self, key: str | None = None, *, until: float | timedelta | datetime | str
+    ) -> NoReturn:
+        """Pause ``key`` everywhere until ``until``, and run this task again after it.
+
+        For a provider that said "too many requests": no task of ``key`` (by
+        default this task's own key, as its job's rate limit takes it, else its
+        job name) starts on any worker until then; this run ends, holding no
+        worker and no broker message, and the job runs again from its start
+        (finished steps skipped). ``until`` is seconds, a duration, a
+        timezone-aware time, or an HTTP ``Retry-After`` value. Raising
+        :class:`~queuestore.RetryAfter` does the same.
+
+        Raises:
+            InvalidTaskData: ``until`` is none of those, or ``key`` is empty.
+        """
+        try:
+            when = retry_after(until)
+        except ValueError as exc:
+            raise InvalidTaskData(str(exc), field="until") from None
+        raise pause_and_wait(self._run, key, when)
 
     def spawn(
         self,

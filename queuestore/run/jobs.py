@@ -39,6 +39,7 @@ from queuestore.core.errors import (
     StoreUnavailable,
     TaskNotFound,
 )
+from queuestore.core.flow import RetryAfter
 from queuestore.core.logs import ran_nothing, task_context
 from queuestore.core.models import Task, TaskError, TaskStatus
 from queuestore.core.retries import Retry
@@ -48,6 +49,7 @@ from queuestore.run.heartbeat import Heartbeat, beat_from_start
 from queuestore.run.inputs import JobInput
 from queuestore.run.interrupts import interrupts
 from queuestore.run.lease import JobCancelled, Run, RunTimedOut, riding_out_outages
+from queuestore.run.pauses import pause_and_wait
 from queuestore.run.steps import error_of
 from queuestore.store.pending import is_pending
 
@@ -239,6 +241,7 @@ def _execute(publisher: Publisher, registered: Job, task_id: str) -> Task | None
                 publisher.options.lease,
                 limits=publisher.options.limits,
                 timeout=registered.timeout,
+                flow=publisher.options.flow,
             )
         if task is None:
             ran_nothing(task_id)  # Celery's "succeeded" line would say it ran
@@ -318,7 +321,13 @@ def _after_refusal(publisher: Publisher, task_id: str) -> None:
     if task is None or not is_pending(task):
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
         return
-    # Unclaimed and pending, yet refused: at its limit, or before its start.
+    # Unclaimed and pending, yet refused: before its start, at its limit, paused or
+    # over its rate.
+    if task.run_at is not None and task.run_at > datetime.now(UTC):
+        _early(publisher, task)
+        return
+    if _waits_for_flow(publisher, task):
+        return
     if publisher.options.limits.applies(task) and (
         task.run_at is None or _at_limit(publisher, task)
     ):
@@ -331,11 +340,35 @@ def _after_refusal(publisher: Publisher, task_id: str) -> None:
     if task.run_at is None:
         log.info("task %s is not claimable (duplicate or cancelled message); dropped", task_id)
         return
-    # Its start has not come on the store's clock. This process's clock may be
-    # ahead of it: wait at least a moment, not a busy loop.
+    _early(publisher, task)
+
+
+def _early(publisher: Publisher, task: Task) -> None:
+    """Publish again a task whose message came before its start on the store's clock.
+
+    This process's clock may be ahead of the store's: wait at least a moment,
+    not a busy loop.
+    """
+    assert task.run_at is not None
     wait = max((task.run_at - datetime.now(UTC)).total_seconds(), _EARLY_AGAIN)
-    log.info("task %s: its message came before its start; published again in %.3fs", task_id, wait)
+    log.info("task %s: its message came before its start; published again in %.3fs", task.id, wait)
     publisher.try_publish(task, countdown=wait)
+
+
+def _waits_for_flow(publisher: Publisher, task: Task) -> bool:
+    """Leave a task a pause or its rate limit holds back waiting until it may start;
+    whether one did. Its message is published now with a countdown when that time
+    comes within ``schedule_ahead``, else by the sweep."""
+    options = publisher.options
+    waiting = publisher.store.wait_for_flow(
+        task.id, version=task.version, flow=options.flow, recheck=options.pause_recheck
+    )
+    if waiting is None or waiting.run_at is None:
+        return False
+    log.info("task %s waits until %s: paused, or over its rate", task.id, waiting.run_at)
+    if waiting.run_at - datetime.now(UTC) <= options.schedule_ahead:
+        publisher.try_publish(waiting)
+    return True
 
 
 def _at_limit(publisher: Publisher, task: Task) -> bool:
@@ -389,6 +422,8 @@ def _call(registered: Job, run: Run) -> _Outcome:
         return _Outcome(TaskStatus.INPUT_REQUIRED, {"status_message": request.prompt})
     except Suspended as suspended:
         return _Outcome(None, suspended=suspended)
+    except RetryAfter as told:
+        return _Outcome(None, suspended=pause_and_wait(run, told.key, told.until))
     except SoftTimeLimitExceeded as exc:
         # A revoke(terminate=True, signal="SIGUSR1") arrives as a soft time limit.
         if run.stopped or _was_taken(run):

@@ -36,6 +36,7 @@ from queuestore.core.errors import (
     TaskConflict,
     TaskNotFound,
 )
+from queuestore.core.flow import FlowControl
 from queuestore.core.models import (
     LIVE,
     PARKED,
@@ -196,6 +197,8 @@ class Write:
             (else this), and no later than its ``deadline_at``. A claim is
             refused past the task's ``start_by`` (unless it started before)
             and past its ``deadline_at``.
+        flow: with ``claim``, the flow control the claim must keep: no pause
+            of the row's job, owner or key in force, and room in its rate.
         hold: a terminal write to a run's task that keeps ``worker_id`` and
             ``run_deadline_at``: the run may still be executing, so its slot
             stays counted until :meth:`RunVerbs.release_held` (a time-out).
@@ -216,6 +219,7 @@ class Write:
     limits: ConcurrencyLimits | None = None
     timeout: timedelta | None = None
     hold: bool = False
+    flow: FlowControl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,12 +438,20 @@ class StoreBackend(ABC):
         """
 
     @abstractmethod
-    def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
+    def _claim_within(
+        self,
+        task_id: str,
+        write: Write,
+        limits: ConcurrencyLimits | None,
+        flow: FlowControl | None = None,
+    ) -> Task | None:
         """Apply the claim ``write`` with the caps ``limits`` sets for the row, atomically.
 
         The count of the owner's and the job's running tasks and the claim
         are one decision: two claims racing for an owner's last slot cannot
-        both win. None if the claim's conditions or the caps do not hold.
+        both win. With ``flow``, the pauses in force and the rate limit's
+        starts are part of that decision, and an admitted claim logs its start.
+        None if the claim's conditions, the caps or the flow do not hold.
         """
 
     @abstractmethod

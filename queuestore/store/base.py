@@ -45,6 +45,7 @@ from queuestore.store.backend import (
 )
 from queuestore.store.deliveries import DeliveryVerbs
 from queuestore.store.durable import DurableVerbs
+from queuestore.store.flow import FlowVerbs
 from queuestore.store.operator import OperatorVerbs
 from queuestore.store.runs import RunVerbs, lost_runs
 from queuestore.store.schedules import ScheduleVerbs
@@ -65,7 +66,7 @@ __all__ = [
 ]
 
 
-class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs, ScheduleVerbs):
+class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs, ScheduleVerbs, FlowVerbs):
     """A durable store of tasks, their status, progress, artifacts and results.
 
     Args:

@@ -13,6 +13,7 @@ from queuestore.core.callbacks import Callback, Delivery, DeliveryState, event_i
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import InvalidTaskData, TaskConflict
+from queuestore.core.flow import FlowControl, Pause, PauseKind, target
 from queuestore.core.models import TERMINAL, Step, StepStatus, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import (
@@ -78,6 +79,11 @@ class InMemoryTaskStore(TaskStore):
         # Each task's named steps by name, in the order they were first recorded.
         self._steps_of: dict[str, dict[str, Step]] = {}
         self._schedule_rows: dict[str, Schedule] = {}
+        # Flow control: the starts rate limits count (bucket, until, cost), each
+        # bucket's last turn given to a waiting task, and the pauses by target.
+        self._starts: list[tuple[str, datetime, int]] = []
+        self._wakes: dict[str, datetime] = {}
+        self._pause_rows: dict[str, Pause] = {}
 
     @staticmethod
     def _now() -> datetime:
@@ -405,12 +411,100 @@ class InMemoryTaskStore(TaskStore):
                 if task is not None and version in (None, task.version):
                     self._published[task_id] = now
 
-    def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
+    def _claim_within(
+        self,
+        task_id: str,
+        write: Write,
+        limits: ConcurrencyLimits | None,
+        flow: FlowControl | None = None,
+    ) -> Task | None:
         with self._changed:  # the count and the claim under one (reentrant) lock
             task = self._tasks.get(task_id)
-            if task is None or limits.slots(self._running_counts()).full(task):
+            if task is None or (limits and limits.slots(self._running_counts()).full(task)):
                 return None
-            return self._write(task_id, write)
+            bucket = None
+            if flow is not None:
+                if self._held_back(task, flow):
+                    return None
+                bucket = flow.bucket_of(task)
+            claimed = self._write(task_id, write)
+            if claimed is not None and bucket is not None and flow is not None:
+                period = flow.rates[task.name].per
+                self._starts.append((bucket, self._now() + period, flow.cost_of(task)))
+            return claimed
+
+    def _held_back(self, task: Task, flow: FlowControl) -> bool:
+        """Whether a pause or the rate limit keeps ``task`` from starting now (the lock held)."""
+        keys = [target(PauseKind.JOB, task.name)]
+        if task.owner is not None:
+            keys.append(target(PauseKind.OWNER, task.owner))
+        key = flow.key_of(task)
+        if key is not None:
+            keys.append(target(PauseKind.KEY, key))
+        if self._paused_until(keys)[0]:
+            return True
+        bucket = flow.bucket_of(task)
+        if bucket is None:
+            return False
+        used = sum(cost for _, cost in self._rate_starts(bucket))
+        return used + flow.cost_of(task) > flow.rates[task.name].limit
+
+    # -- flow control --------------------------------------------------------
+
+    def _pause(
+        self, key: str, kind: PauseKind, value: str, until: datetime | None, reason: str | None
+    ) -> Pause:
+        with self._changed:
+            now = self._now()
+            kept = self._pause_rows.get(key)
+            if kept is not None and (kept.until is None or kept.until > now):
+                until = None if kept.until is None or until is None else max(kept.until, until)
+                reason = reason or kept.reason
+            self._pause_rows[key] = Pause(kind, value, until, reason, now)
+            return self._pause_rows[key]
+
+    def _resume(self, key: str) -> bool:
+        with self._changed:
+            return self._pause_rows.pop(key, None) is not None
+
+    def _pauses(self) -> list[Pause]:
+        now = self._now()
+        with self._changed:
+            rows = sorted(self._pause_rows.items())
+        return [pause for _, pause in rows if pause.until is None or pause.until > now]
+
+    def _paused_until(self, keys: Sequence[str]) -> tuple[bool, datetime | None]:
+        now = self._now()
+        with self._changed:
+            found = [self._pause_rows[key] for key in keys if key in self._pause_rows]
+        found = [pause for pause in found if pause.until is None or pause.until > now]
+        if not found:
+            return False, None
+        ends = [pause.until for pause in found]
+        return True, None if None in ends else max(end for end in ends if end is not None)
+
+    def _rate_starts(self, bucket: str) -> list[tuple[datetime, int]]:
+        now = self._now()
+        with self._changed:
+            return sorted((u, cost) for b, u, cost in self._starts if b == bucket and u > now)
+
+    def _reserve_wake(self, bucket: str, free_at: datetime, step: timedelta) -> datetime:
+        with self._changed:
+            last = self._wakes.get(bucket)
+            wake = free_at if last is None else max(free_at, last + step)
+            self._wakes[bucket] = wake
+            return wake
+
+    def _prune_flow(self) -> int:
+        now = self._now()
+        with self._changed:
+            before = len(self._starts) + len(self._pause_rows) + len(self._wakes)
+            self._starts = [row for row in self._starts if row[1] > now]
+            self._wakes = {b: w for b, w in self._wakes.items() if w > now}
+            self._pause_rows = {
+                k: p for k, p in self._pause_rows.items() if p.until is None or p.until > now
+            }
+            return before - len(self._starts) - len(self._pause_rows) - len(self._wakes)
 
     def _written(self, before: Task, after: Task, status: TaskStatus | None) -> None:
         """Announce a committed write, and commit its deliveries (the lock held)."""

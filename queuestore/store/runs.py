@@ -20,6 +20,7 @@ from queuestore.core.errors import (
     InvalidTaskData,
     TaskNotFound,
 )
+from queuestore.core.flow import FlowControl
 from queuestore.core.models import (
     PARKED,
     TERMINAL,
@@ -52,6 +53,7 @@ class RunVerbs(StoreBackend):
         *,
         limits: ConcurrencyLimits | None = None,
         timeout: timedelta | None = None,
+        flow: FlowControl | None = None,
     ) -> Task | None:
         """Take an unclaimed task for one run: ``working``, leased to ``worker_id``.
 
@@ -70,6 +72,12 @@ class RunVerbs(StoreBackend):
         than its ``deadline_at``. It is refused past the task's ``start_by``
         (unless an earlier run started it) or its ``deadline_at``: the
         reaper ends such a task (:meth:`enforce_deadlines`).
+
+        With ``flow``, it is refused while a pause of the task's job, owner or
+        key is in force, and while the starts its rate limit counted over the
+        last period leave no room for its cost; an admitted claim logs its
+        start in the same transaction. The task should then wait
+        (:meth:`wait_for_flow`).
         """
         write = Write(
             scope=OwnerScope(unscoped=True),
@@ -81,8 +89,9 @@ class RunVerbs(StoreBackend):
             timeout=check.timeout(timeout),
         )
         task_id = check.task_id(task_id)
-        if limits:
-            return self._observed(self._claim_within(task_id, write, limits), write)
+        if limits or flow is not None:
+            claimed = self._claim_within(task_id, write, limits or None, flow)
+            return self._observed(claimed, write)
         return self._observed(self._write(task_id, write), write)
 
     def wait_for_slot(self, task_id: str, *, version: int) -> Task | None:

@@ -38,6 +38,7 @@ from queuestore.core.errors import (
     InvalidTransition,
     QueueStoreError,
 )
+from queuestore.core.flow import NO_FLOW, FlowControl
 from queuestore.core.logs import quiet_revoke_bookkeeping
 from queuestore.core.models import Task, TaskStatus, new_task_id
 from queuestore.core.options import QueueOptions
@@ -116,6 +117,12 @@ class TaskQueue(ScheduleCalls):
             of the app (workers, submitters, beat) must use the same. A task at its
             limit waits in the store, with no message, until a run of its owner
             or job ends and hands the slot on.
+        flow: the rate limits of jobs (:class:`~queuestore.FlowControl`);
+            every process of the app must use the same. A task over its rate,
+            or paused (:meth:`TaskStore.pause <queuestore.TaskStore.pause>`),
+            waits in the store with no message until it may start.
+        pause_recheck: how often a task waiting for a pause with no end is
+            tried again: a resume is heard within it.
 
     Raises:
         ValueError: durations that do not fit together.
@@ -139,6 +146,8 @@ class TaskQueue(ScheduleCalls):
         limits: ConcurrencyLimits = NO_LIMITS,
         timeout_grace: timedelta = timedelta(seconds=10),
         timeout_interrupt: bool = True,
+        flow: FlowControl = NO_FLOW,
+        pause_recheck: timedelta = timedelta(seconds=10),
     ) -> None:
         options = QueueOptions.build(
             lease=lease,
@@ -154,6 +163,8 @@ class TaskQueue(ScheduleCalls):
             limits=limits,
             timeout_grace=timeout_grace,
             timeout_interrupt=timeout_interrupt,
+            flow=flow,
+            pause_recheck=pause_recheck,
         )
         self.publisher = Publisher(store, app, options)
         if self.publisher.bind():  # the app's jobs and beat tasks run with this queue

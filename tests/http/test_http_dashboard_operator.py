@@ -3,7 +3,8 @@
 Signed in as an operator (``http_admins``), the page opens on the overview:
 tiles that equal the API's counts, charts drawn as SVG whose every series has
 points, the backlog by job and owner, the oldest waiting task and the jobs'
-table; the workers view lists the live worker with the task it runs; the tasks
+table; the workers view lists the live worker with the task it runs, and pauses
+and resumes a job; the tasks
 view lists two owners' tasks with an owner column and filter, and its detail
 draws the task's timeline and acts on another owner's task. A plain principal
 sees neither view nor anyone else's task. At 1280 and 800 px nothing leaves its
@@ -205,6 +206,21 @@ def test_an_operator_sees_every_owner_and_the_fleet(
     workers = "document.querySelector('#live-workers tbody').innerText"
     browser.wait(f"{workers}.includes({json.dumps(running[:8])})", what="the running worker")
     assert "prefork" in browser.evaluate("document.querySelector('#live-workers tbody').innerText")
+
+    # The operator pauses a job from the workers view, and resumes it.
+    browser.wait("document.querySelector('#pauses tbody').innerText.includes('No pause')")
+    browser.evaluate(
+        "document.getElementById('pause-kind').value = 'job';"
+        "document.getElementById('pause-value').value = 'http.add';"
+        "document.getElementById('pause-reason').value = 'deploy';"
+        "document.querySelector('#pause-form button').click()"
+    )
+    paused = "document.querySelector('tr[data-pause=\"job:http.add\"]')"
+    browser.wait(f"{paused} !== null", what="the pause listed")
+    with api.client("token-ops") as ops:
+        assert ops.get("/operator/flow").json()["pauses"][0]["reason"] == "deploy"
+    browser.evaluate(f"{paused}.querySelector('button').click()")
+    browser.wait(f"{paused} === null", what="the pause lifted")
 
     go(browser, "tasks")
     for key in ("done", "failed", "flaky", "running"):

@@ -18,7 +18,7 @@ from typing import Any
 
 from celery.signals import before_task_publish, task_received
 
-from queuestore import TaskContext, job
+from queuestore import RetryAfter, TaskContext, job
 from workers import app, queue
 
 app.conf.task_default_queue = os.environ["QUEUESTORE_TEST_QUEUE"]
@@ -194,6 +194,15 @@ def nap(ctx: TaskContext, seconds: float) -> dict[str, str]:
 def square(ctx: TaskContext, x: int) -> int:
     record(ctx, "run")
     return x * x
+
+
+@job(app, name="tests.provider")
+def provider(ctx: TaskContext, provider: str, busy_for: float = 0) -> dict[str, Any]:
+    """Call a provider that answers 429 with Retry-After ``busy_for`` on the first run."""
+    record(ctx, "run")
+    if busy_for and ctx.attempt == 1:
+        raise RetryAfter(str(int(busy_for)))  # the header's value, as a provider sends it
+    return {"provider": provider, "attempt": ctx.attempt}
 
 
 @job(app, name="tests.fan_out")

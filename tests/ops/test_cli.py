@@ -107,6 +107,45 @@ def five_thirty_east(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
+def test_flow_pauses_shows_and_resumes_a_job_an_owner_and_a_key(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUEUESTORE_RATE_LIMITS", '{"llm.call": {"limit": 5, "key": "owner"}}')
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+
+    paused = runner.invoke(app, ["flow", "pause", "job", "llm.call", "--url", database_url])
+    timed = runner.invoke(
+        app,
+        ["flow", "pause", "key", "openai", "--for", "60", "--reason", "429", "--json"],
+        env={"QUEUESTORE_DATABASE_URL": database_url},
+    )
+    shown = runner.invoke(app, ["flow", "show", "--url", database_url])
+    listed = runner.invoke(app, ["flow", "show", "--json", "--url", database_url])
+
+    assert paused.exit_code == 0, paused.output
+    assert paused.output.strip() == "paused job llm.call until resumed"
+    assert json.loads(timed.output)["reason"] == "429"
+    assert "paused key openai until 20" in shown.output
+    assert "rate llm.call: 5 per 1 s per owner, cost 1" in shown.output
+    document = json.loads(listed.output)
+    assert [(p["kind"], p["value"]) for p in document["pauses"]] == [
+        ("job", "llm.call"),
+        ("key", "openai"),
+    ]
+    assert document["rate_limits"]["llm.call"]["limit"] == 5
+    resumed = runner.invoke(app, ["flow", "resume", "job", "llm.call", "--url", database_url])
+    again = runner.invoke(app, ["flow", "resume", "job", "llm.call", "--url", database_url])
+    assert resumed.output.strip() == "resumed job llm.call"
+    assert again.output.strip() == "job llm.call was not paused"
+    bad = runner.invoke(app, ["flow", "pause", "tenant", "x", "--url", database_url])
+    both = runner.invoke(app, ["flow", "pause", "job", "x", "--for", "1", "--until", "x"])
+    assert bad.exit_code != 0
+    assert "job, owner or key" in bad.output
+    assert both.exit_code == 2
+    assert "not both" in both.output
+
+
 @pytest.mark.usefixtures("five_thirty_east")
 def test_tasks_list_and_show_give_the_start_of_a_scheduled_task(database_url: str) -> None:
     runner = CliRunner()
@@ -341,6 +380,7 @@ def fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["janitor"], 0, "removed 0"),
         (["db", "current"], 0, "none"),
         (["config", "show"], 0, "QUEUESTORE_HOME="),
+        (["flow", "show"], 0, "no pause in force"),
     ],
 )
 def test_every_command_answers_on_a_fresh_home(

@@ -47,6 +47,7 @@ LAYOUT = [
     "howto/submit-many.md",
     "howto/prioritise-tasks.md",
     "howto/limit-concurrency.md",
+    "howto/rate-limits.md",
     "howto/receive-webhooks.md",
     "howto/metrics.md",
     "reference/configuration.md",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -279,3 +280,24 @@ def test_table_fits_80_columns_when_piped(ops: Ops) -> None:
     rows = [line for line in table if re.match(r"\s*[A-Za-z0-9_-]{22}\s", line)]
     assert 1 <= len(rows) <= 5
     assert len(table) <= 2 + 2 * len(rows), listed.stdout
+
+
+def test_flow_drain_stops_a_worker_taking_messages_until_undone(ops: Ops) -> None:
+    import socket
+
+    node = f"{ops.worker.name}@{socket.gethostname()}"
+    drained = ops.cli("flow", "drain", node, "--app", "ops_app")
+    assert drained.returncode == 0, drained.stderr
+    assert "stopped taking messages" in drained.stdout
+    try:
+        task = ops.deployment.queue.submit("ops.steps", {"count": 1, "pause": 0.0})
+        time.sleep(2)
+        assert ops.deployment.queue.store.get(task.id).status is TaskStatus.SUBMITTED
+    finally:
+        undone = ops.cli("flow", "drain", node, "--undo", "--app", "ops_app")
+    assert undone.returncode == 0, undone.stderr
+    done = ops.deployment.wait_status(task.id, TaskStatus.COMPLETED, timeout=30)
+    assert done.status is TaskStatus.COMPLETED
+    unknown = ops.cli("flow", "drain", "nobody@nowhere", "--app", "ops_app")
+    assert unknown.returncode == 1
+    assert "did not answer" in unknown.stderr

@@ -4,8 +4,9 @@
 executor runs them, the codec decodes their rows, the engine module makes
 engines, the schema module declares the tables. ``deliveries``, off the tasks'
 hot path, builds and runs the statements of callbacks and deliveries on the
-connections the store hands it; ``steps``, ``tree``, ``deadlines`` and ``schedules`` build
-the statements of named steps, of the task tree, of deadlines and of schedules.
+connections the store hands it; ``steps``, ``tree``, ``deadlines``, ``schedules`` and
+``flow`` build the statements of named steps, of the task tree, of deadlines, of schedules
+and of flow control (pauses, rate limits).
 These tests read the modules' imports, so that a statement built elsewhere
 (an inline ``select``, a ``func.now()``) is found before review has to.
 """
@@ -90,4 +91,5 @@ def test_the_package_holds_the_modules_it_says() -> None:
         "tree",
         "deadlines",
         "schedules",
+        "flow",
     }

@@ -255,9 +255,10 @@ class Executor:
                 _raise_unavailable(connection.engine, exc, lost=lost)
 
     def in_transaction(
-        self, statements: Sequence[tuple[Prepared, Mapping[str, Any]]]
+        self, statements: Sequence[tuple[Prepared, Mapping[str, Any]]], *, rows_of: int = -1
     ) -> list[dict[str, Any]]:
-        """Run ``statements`` in one transaction and return the last one's rows (PostgreSQL).
+        """Run ``statements`` in one transaction and return the rows of the one at
+        ``rows_of`` (the last by default; PostgreSQL).
 
         They go out together in psycopg's pipeline mode, ``BEGIN`` and
         ``COMMIT`` included, so the transaction costs about one round trip
@@ -278,7 +279,7 @@ class Executor:
                     for cursor, (prepared, params) in zip(cursors, statements, strict=True):
                         cursor.execute(prepared.sql, prepared.arguments(params))
                     driver.execute("COMMIT")
-                rows = cursors[-1].fetchall()
+                rows = cursors[rows_of].fetchall()
             except _driver_errors(connection.engine) as exc:
                 lost = connection.dialect.is_disconnect(exc, driver, None)
                 connection.invalidate(exc)
@@ -291,7 +292,7 @@ class Executor:
             finally:
                 for cursor in cursors:
                     cursor.close()
-            return statements[-1][0].decoded(rows)
+            return statements[rows_of][0].decoded(rows)
 
     def _rows_on_loop(
         self, connections: LoopConnections, prepared: Prepared, params: dict[str, Any]

@@ -68,10 +68,12 @@ from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.sql import ClauseElement, Delete, Select, TextClause, Update
 
 from queuestore.core.concurrency import ConcurrencyLimits
+from queuestore.core.flow import FlowControl
 from queuestore.core.models import LIVE, TERMINAL, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.store.backend import UNSET, ListQuery, SweepFilter, Write
 from queuestore.store.pending import PENDING_STATUSES
+from queuestore.store.sql import flow
 from queuestore.store.sql.schema import TaskRow, UTCDateTime, WatchRow
 
 if TYPE_CHECKING:
@@ -582,6 +584,7 @@ class WriteShape(NamedTuple):
     based: bool
     limits: ConcurrencyLimits | None = None
     hold: bool = False
+    flow: FlowControl | None = None
 
     @classmethod
     def of(
@@ -614,6 +617,7 @@ class WriteShape(NamedTuple):
             based=write.base is not None,
             limits=write.limits,
             hold=write.hold,
+            flow=write.flow,
         )
 
     def params(self, task_id: str, write: Write) -> dict[str, Any]:
@@ -717,6 +721,8 @@ def write_task(
         conditions += _within_deadlines(clock)
     if shape.limits is not None:
         conditions += _within(shape.limits)
+    if shape.flow is not None:
+        conditions += flow.flow_terms(shape.flow, clock.now())
     # Announce the change in the same statement, hence the same commit.
     change = C.id.concat(_sql_text(":")).concat(C.status)  # in RETURNING: the row as written
     notices = [

@@ -483,3 +483,45 @@ class ScheduleRow(Base):
         # What beat's tick reads: the schedules due, soonest first.
         _partial("ix_queuestore_schedules_due", ["next_run_at"], _DUE),
     )
+
+
+class RateStartRow(Base):
+    """One start a rate limit counted: its bucket (``job`` or ``job|key``), its cost, and
+    when it stops counting (its start plus the limit's period)."""
+
+    __tablename__ = "queuestore_rate_starts"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    bucket: Mapped[str] = mapped_column(String(600))
+    cost: Mapped[int] = mapped_column(Integer)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index(None, "bucket", "until"), Index(None, "until"))
+
+
+class RateWaitRow(Base):
+    """The latest time given to a task of a bucket waiting for a start: the next waiter's
+    comes one share of the period after it, so waiting tasks come back one by one."""
+
+    __tablename__ = "queuestore_rate_waits"
+
+    bucket: Mapped[str] = mapped_column(String(600), primary_key=True)
+    next_wake: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class PauseRow(Base):
+    """A pause in force: no task of a job, an owner or a key starts until ``until``
+    (NULL: until resumed). ``target`` is ``kind:value``."""
+
+    __tablename__ = "queuestore_pauses"
+
+    target: Mapped[str] = mapped_column(String(600), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    value: Mapped[str] = mapped_column(String(512))
+    until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (CheckConstraint("kind IN ('job', 'owner', 'key')", name="kind"),)

@@ -30,6 +30,7 @@ from queuestore.core.callbacks import Callback, Delivery, DeliveryState
 from queuestore.core.concurrency import ConcurrencyLimits
 from queuestore.core.cursor import CursorKey
 from queuestore.core.errors import InvalidTaskData, StoreUnavailable, TaskConflict
+from queuestore.core.flow import FlowControl, Pause, PauseKind
 from queuestore.core.models import Step, Task, TaskStatus
 from queuestore.core.owner import OwnerScope
 from queuestore.core.rollup import CurrentCount, SeriesCount
@@ -59,6 +60,7 @@ from queuestore.store.sql import (
     steps,
     tree,
 )
+from queuestore.store.sql import flow as flow_sql
 from queuestore.store.sql.engine import DEFAULT_POOL_SIZE, make_engine
 from queuestore.store.sql.executor import Executor, Prepared
 from queuestore.store.sql.queries import WriteShape
@@ -772,23 +774,115 @@ class SqlTaskStore(TaskStore):
         with self._executor.connection() as connection:
             connection.execute(queries.WATCH_TASKS, params)
 
-    def _claim_within(self, task_id: str, write: Write, limits: ConcurrencyLimits) -> Task | None:
-        limited = replace(write, limits=limits)
+    def _claim_within(
+        self,
+        task_id: str,
+        write: Write,
+        limits: ConcurrencyLimits | None,
+        flow: FlowControl | None = None,
+    ) -> Task | None:
+        limited = replace(write, limits=limits, flow=flow)
+        assert limited.claim is not None
+        rated = flow is not None and bool(flow.rates)
         if not self._postgres:
-            # One UPDATE is atomic on SQLite: it takes the write lock before it reads.
+            if not rated:
+                # One UPDATE is atomic on SQLite: it takes the write lock before it reads.
+                return self._write(task_id, limited)
+            assert flow is not None
+            return self._claim_rated_sqlite(task_id, limited, flow)
+        if not limits and not rated:
             return self._write(task_id, limited)
         shape = WriteShape.of(limited, announce=False, watched=True)
-        assert limited.claim is not None
         params = shape.params(task_id, limited) | self._clock_params(limited.claim[1])
         claim = self._as_json(shape, functools.partial(queries.write_task, shape, self._clock))
-        lock = self._executor.prepare("lock_slots", lambda: queries.LOCK_SLOTS, columns=[])
-        slots = {
-            "task_id": task_id,
-            "owners_limited": limits.per_owner is not None,
-            "limited_jobs": sorted(limits.per_job),
-        }
-        rows = self._executor.in_transaction([(lock, slots), (claim, params)])
+        statements: list[tuple[Prepared, dict[str, Any]]] = []
+        if limits:
+            lock = self._executor.prepare("lock_slots", lambda: queries.LOCK_SLOTS, columns=[])
+            slots = {
+                "task_id": task_id,
+                "owners_limited": limits.per_owner is not None,
+                "limited_jobs": sorted(limits.per_job),
+            }
+            statements.append((lock, slots))
+        if rated:
+            assert flow is not None
+            bucket = self._executor.prepare(
+                ("lock_bucket", flow), lambda: flow_sql.lock_bucket(flow), columns=[]
+            )
+            statements.append((bucket, {"task_id": task_id}))
+            claim = self._claim_logging_start(shape, flow)
+        statements.append((claim, params))
+        rows = self._executor.in_transaction(statements)
         return codec.task(rows[0]) if rows else None
+
+    def _claim_logging_start(self, shape: WriteShape, flow: FlowControl) -> Prepared:
+        """The claim of ``shape`` that logs its start in the same statement (PostgreSQL)."""
+
+        def build() -> ClauseElement:
+            claim = queries.write_task(shape, self._clock, [queries.TASK_OBJECT])
+            logged: ClauseElement = flow_sql.claim_logging_start(
+                claim, flow, self._clock.after_ms, queries.TASK_JSON
+            )
+            return logged
+
+        return self._executor.prepare(
+            ("json", "logging", shape), build, columns=[queries.TASK_JSON]
+        )
+
+    def _claim_rated_sqlite(self, task_id: str, write: Write, flow: FlowControl) -> Task | None:
+        """A claim under a rate on SQLite: the claim and its start's log entry, one transaction."""
+        assert write.claim is not None
+        shape = WriteShape.of(write, announce=False)
+        params = shape.params(task_id, write) | self._clock_params(write.claim[1])
+        claim = self._executor.prepare(
+            shape, lambda: queries.write_task(shape, self._clock, queries.COLUMNS)
+        )
+        with self._transaction() as connection:
+            rows = claim.all(connection, params)
+            if rows:
+                logged = {"task_id": task_id, "worker": write.claim[0]} | self._clock_params()
+                self._log_start(flow).all(connection, logged)
+        return codec.task(rows[0]) if rows else None
+
+    def _log_start(self, flow: FlowControl) -> Prepared:
+        return self._executor.prepare(
+            ("log_start", flow),
+            lambda: flow_sql.log_start(flow, self._clock.after_ms),
+            columns=[],
+        )
+
+    # -- flow control -------------------------------------------------------
+
+    def _pause(
+        self, key: str, kind: PauseKind, value: str, until: datetime | None, reason: str | None
+    ) -> Pause:
+        with self._transaction() as connection:
+            given = Pause(kind, value, until, reason, _now())
+            return flow_sql.pause(connection, given, _now(), postgres=self._postgres)
+
+    def _resume(self, key: str) -> bool:
+        with self._transaction() as connection:
+            return flow_sql.resume(connection, key)
+
+    def _pauses(self) -> list[Pause]:
+        with self._executor.connection() as connection:
+            return flow_sql.pauses(connection, _now())
+
+    def _paused_until(self, keys: Sequence[str]) -> tuple[bool, datetime | None]:
+        with self._executor.connection() as connection:
+            return flow_sql.paused_until(connection, keys, _now())
+
+    def _rate_starts(self, bucket: str) -> list[tuple[datetime, int]]:
+        with self._executor.connection() as connection:
+            return flow_sql.rate_starts(connection, bucket, _now())
+
+    def _reserve_wake(self, bucket: str, free_at: datetime, step: timedelta) -> datetime:
+        with self._transaction() as connection:
+            return flow_sql.reserve_wake(connection, bucket, free_at, step, postgres=self._postgres)
+
+    def _prune_flow(self) -> int:
+        with self._transaction() as connection:
+            return flow_sql.prune(connection, _now())
 
     # -- push ---------------------------------------------------------------
 
@@ -1053,3 +1147,8 @@ class SqlTaskStore(TaskStore):
 def _milliseconds(duration: timedelta | None) -> int | None:
     """A duration as a column of milliseconds holds it."""
     return None if duration is None else round(duration.total_seconds() * 1000)
+
+
+def _now() -> datetime:
+    """The process's clock, for flow control's statements off the claim's path."""
+    return datetime.now(UTC)
