@@ -8,7 +8,6 @@ is one line on stderr and a non-zero exit (2: bad usage or configuration,
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import re
@@ -70,9 +69,9 @@ app.add_typer(config, name="config")
 app.add_typer(flow, name="flow")
 
 
-@functools.cache
 def _console() -> Console:
-    """The console commands print to: standard output, its width read at each print."""
+    """The console commands print to: standard output, at the width of this moment
+    (a new one each time: rich fixes a console's width when COLUMNS is set)."""
     from rich.console import Console
 
     return Console()

@@ -2,7 +2,7 @@
 
 Every schema-valid request must be accepted (``positive_data_acceptance``): the
 document states each limit the server enforces. The run is derandomized
-(a fixed seed) with a bounded number of examples per operation, 1960 in all.
+(a fixed seed) with a bounded number of examples per operation, 2240 in all.
 
 The servers run on a deployment of their own (a fresh database, a queue with no
 worker), so the generated tasks never meet the other tests' assertions: one
@@ -41,7 +41,7 @@ CALLBACK_URL = "https://93.184.216.34/hook"
 """A callback URL every deployment accepts: a public address, with no name to resolve."""
 
 EXAMPLES = 70
-"""Examples per operation: 1820 cases over the twenty-six operations, 140 over the creates
+"""Examples per operation: 2100 cases over the thirty operations, 140 over the creates
 of the server that knows the jobs."""
 
 
@@ -89,6 +89,10 @@ OPERATIONS = [
     "GET /whoami",
     "GET /operator/overview",
     "GET /operator/workers",
+    "GET /operator/flow",
+    "PUT /operator/pauses/{kind}/{value}",
+    "DELETE /operator/pauses/{kind}/{value}",
+    "POST /operator/workers/{node}/drain",
     "GET /livez",
     "GET /readyz",
     "POST /schedules",

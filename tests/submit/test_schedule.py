@@ -121,7 +121,7 @@ def test_the_look_ahead_defaults_within_the_lease_and_must_fit_in_it(app: Celery
 def test_a_sweep_slower_than_the_look_ahead_is_warned_of(
     queue: TaskQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="queuestore.submit.queue"):
+    with caplog.at_level(logging.WARNING, logger="queuestore.beat.schedule"):
         queue.install_beat_schedule(sweep_interval=timedelta(seconds=10))
         assert caplog.records == []
         queue.install_beat_schedule(sweep_interval=timedelta(seconds=30))
