@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, ParamSpec
+from typing import Any, NoReturn, ParamSpec, overload
 
 from pydantic import JsonValue
 
@@ -54,6 +54,7 @@ class TaskContext:
     def __init__(self, run: Run, *, find_job: FindJob | None = None) -> None:
         self._run = run
         self._questions = 0
+        self._unnamed_sleeps = 0
         self._steps = StepLog(run)
         self._children = Children(run, self._steps, find_job)
 
@@ -163,20 +164,32 @@ class TaskContext:
         """
         return self._steps.run(name, body, *args, **kwargs)
 
-    def sleep(self, name: str, duration: timedelta | float) -> None:
+    @overload
+    def sleep(self, duration: timedelta | float, /) -> None: ...
+    @overload
+    def sleep(self, name: str, duration: timedelta | float, /) -> None: ...
+    def sleep(
+        self, name: str | timedelta | float, duration: timedelta | float | None = None, /
+    ) -> None:
         """Sleep ``duration`` (a timedelta, or seconds) without holding a worker.
 
-        The first call of ``name`` records its wake time and ends the run: the
-        task stays ``working`` with no worker slot and no broker message held,
-        and the store runs the job again at that time (the sweep publishes it,
-        as for ``run_at``). That run passes this call at once, with finished
-        steps skipped. A cancel meanwhile means it never wakes. Sleeps are
-        named like steps (one name per sleep of the job); a duration of zero
-        or less returns at once.
+        The first call records its wake time and ends the run: the task stays
+        ``working`` with no worker slot and no broker message held, and the
+        store runs the job again at that time (the sweep publishes it, as for
+        ``run_at``). That run passes this call at once, with finished steps
+        skipped. A cancel meanwhile means it never wakes. A duration of zero or
+        less returns at once.
+
+        ``ctx.sleep(duration)`` names the sleep by its place among this run's
+        unnamed sleeps (``sleep 1``, ``sleep 2``...), so a job must reach them
+        in the same order on every run, as DBOS's ``sleep`` asks; a named one,
+        ``ctx.sleep("cool down", duration)``, is found by its name wherever it
+        comes, like a step (one name per sleep of the job).
 
         Raises:
             InvalidTaskData: a bad duration, or a bad or reused name.
         """
+        name, duration = self._sleep_name(name, duration)
         if isinstance(duration, int | float) and not isinstance(duration, bool):
             duration = timedelta(seconds=duration)
         if not isinstance(duration, timedelta):
@@ -185,14 +198,30 @@ class TaskContext:
             return
         self._steps.sleep(name, lambda now: now + duration)
 
-    def sleep_until(self, name: str, when: datetime) -> None:
-        """Sleep until ``when`` (timezone-aware) without holding a worker; see :meth:`sleep`.
+    @overload
+    def sleep_until(self, when: datetime, /) -> None: ...
+    @overload
+    def sleep_until(self, name: str, when: datetime, /) -> None: ...
+    def sleep_until(self, name: str | datetime, when: datetime | None = None, /) -> None:
+        """Sleep until ``when`` (timezone-aware) without holding a worker; see :meth:`sleep`
+        (``ctx.sleep_until(when)``, or named, ``ctx.sleep_until(name, when)``).
 
         Raises:
             InvalidTaskData: a naive ``when``, or a bad or reused name.
         """
+        name, when = self._sleep_name(name, when)
         until = check.aware(when, "when").astimezone(UTC)
         self._steps.sleep(name, lambda _: until)
+
+    def _sleep_name(self, name: object, value: object) -> tuple[str, Any]:
+        """(name, value) of a sleep called with both, or with the value alone (named by
+        its place among the run's unnamed sleeps)."""
+        if value is not None:
+            return check.step_name(name), value
+        if isinstance(name, str):
+            raise InvalidTaskData("a named sleep needs its duration or time", field="duration")
+        self._unnamed_sleeps += 1
+        return f"sleep {self._unnamed_sleeps}", name
 
     def pause(
         self, key: str | None = None, *, until: float | timedelta | datetime | str

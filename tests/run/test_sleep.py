@@ -148,3 +148,50 @@ def test_a_cancel_during_the_sleep_means_it_never_wakes(app: Celery, queue: Task
 
 def _dies(*args: object, **kwargs: object) -> None:
     raise SystemExit("worker killed")
+
+
+def test_unnamed_sleeps_are_named_by_their_order_and_each_is_passed_on_the_next_runs(
+    app: Celery, queue: TaskQueue
+) -> None:
+    reached: list[str] = []
+
+    @job(app, name="test.naps")
+    def naps(ctx: TaskContext) -> str:
+        ctx.sleep(timedelta(milliseconds=50))
+        reached.append("first")
+        ctx.sleep_until(datetime.now(UTC) + timedelta(milliseconds=50))
+        reached.append("second")
+        return "woke twice"
+
+    task = queue.submit("test.naps")
+    runs = []
+    for _ in range(20):  # each run ends at the next sleep; too early a claim is refused
+        ran = execute(queue.publisher, naps, task.id)
+        if ran is not None:
+            runs.append(ran)
+            if ran.status is TaskStatus.COMPLETED:
+                break
+        time.sleep(0.06)
+
+    assert [run.status for run in runs] == [TaskStatus.WORKING] * 2 + [TaskStatus.COMPLETED]
+    assert runs[-1].result == "woke twice"
+    assert reached == ["first", "first", "second"]
+    steps = queue.store.steps(task.id)
+    assert [(step.name, step.kind) for step in steps] == [
+        ("sleep 1", StepKind.SLEEP),
+        ("sleep 2", StepKind.SLEEP),
+    ]
+
+
+def test_a_named_sleep_without_its_duration_is_refused(app: Celery, queue: TaskQueue) -> None:
+    @job(app, name="test.unsure")
+    def unsure(ctx: TaskContext) -> None:
+        ctx.sleep("nap")  # type: ignore[call-overload]
+
+    task = queue.submit("test.unsure")
+    failed = execute(queue.publisher, unsure, task.id)
+
+    assert failed is not None
+    assert failed.status is TaskStatus.FAILED
+    assert failed.error is not None
+    assert "needs its duration" in failed.error.message
