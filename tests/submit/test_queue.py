@@ -25,7 +25,7 @@ from queuestore import (
     TaskQueue,
     TaskStatus,
 )
-from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SWEEP_TASK
+from queuestore.beat.schedule import JANITOR_TASK, REAPER_TASK, SCHEDULES_TASK, SWEEP_TASK
 from tests.celery_support import Published, eventually, reconfigure
 
 
@@ -285,6 +285,7 @@ def test_install_beat_schedule_names_each_task_and_its_interval(
         janitor_interval=timedelta(seconds=30),
         reaper_interval=timedelta(seconds=5),
         sweep_interval=timedelta(seconds=7),
+        schedules_interval=timedelta(seconds=3),
     )
 
     entries = app.conf.beat_schedule
@@ -292,6 +293,7 @@ def test_install_beat_schedule_names_each_task_and_its_interval(
         (JANITOR_TASK, timedelta(seconds=30)),
         (REAPER_TASK, timedelta(seconds=5)),
         (SWEEP_TASK, timedelta(seconds=7)),
+        (SCHEDULES_TASK, timedelta(seconds=3)),
     ]
 
 
