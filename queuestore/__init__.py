@@ -36,7 +36,14 @@ if TYPE_CHECKING:
         TaskConflict,
         TaskNotFound,
     )
-    from queuestore.core.flow import FlowControl, Pause, PauseKind, RateLimit, RetryAfter
+    from queuestore.core.flow import (
+        FlowControl,
+        Pause,
+        PauseKind,
+        RateLimit,
+        RateUse,
+        RetryAfter,
+    )
     from queuestore.core.models import (
         LIVE,
         TERMINAL,
@@ -75,7 +82,14 @@ _HOMES = {
         "DeliveryState",
     ],
     "queuestore.core.concurrency": ["ConcurrencyLimits"],
-    "queuestore.core.flow": ["FlowControl", "Pause", "PauseKind", "RateLimit", "RetryAfter"],
+    "queuestore.core.flow": [
+        "FlowControl",
+        "Pause",
+        "PauseKind",
+        "RateLimit",
+        "RateUse",
+        "RetryAfter",
+    ],
     "queuestore.core.errors": [
         "BrokerUnavailable",
         "CallbackRefused",
@@ -161,6 +175,7 @@ __all__ = [
     "PauseKind",
     "QueueStoreError",
     "RateLimit",
+    "RateUse",
     "Retry",
     "RetryAfter",
     "Rollup",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from queuestore.core.callbacks import Callback, CallbackRequest, Delivery
 from queuestore.core.errors import InvalidTaskData
-from queuestore.core.flow import Pause, PauseKind
+from queuestore.core.flow import FlowControl, Pause, PauseKind, RateUse
 from queuestore.core.models import Artifact, Step, Task, TaskError, TaskPage, TaskStatus
 from queuestore.core.owner import ANY, Owner
 from queuestore.core.rollup import Rollup
@@ -238,6 +238,10 @@ class AsyncTaskStore:
     async def pauses(self) -> builtins.list[Pause]:
         """See :meth:`TaskStore.pauses`."""
         return await self.sync.run_async(self.sync.pauses)
+
+    async def rate_use(self, flow: FlowControl) -> builtins.list[RateUse]:
+        """See :meth:`TaskStore.rate_use`."""
+        return await self.sync.run_async(self.sync.rate_use, flow)
 
     async def add_callback(self, task_id: str, url: str, **options: Any) -> Callback:
         """See :meth:`TaskStore.add_callback` (the URL's host is resolved in a thread)."""

@@ -152,6 +152,55 @@ class FlowControl:
             cost = given if isinstance(given, int) and not isinstance(given, bool) else 1
         return max(1, min(cost, rate.limit))
 
+    def use(self, counted: Mapping[str, tuple[int, datetime | None]]) -> list[RateUse]:
+        """How much of each rate limit is used, from ``counted``: by bucket, the units
+        its starts still counting cost and the latest turn given to a task waiting in it.
+
+        One entry for a job's one limit (used or not), one per key in use or with a
+        turn to come for a keyed limit; by job, then key.
+        """
+        uses: list[RateUse] = []
+        for name, rate in self.rates.items():
+            if rate.key is None:
+                used, turn = counted.get(name, (0, None))
+                uses.append(RateUse(name, None, used, rate.limit, rate.per, turn))
+                continue
+            prefix = f"{name}|"
+            for bucket in sorted(b for b in counted if b.startswith(prefix)):
+                used, turn = counted[bucket]
+                key = bucket.removeprefix(prefix)
+                uses.append(RateUse(name, key, used, rate.limit, rate.per, turn))
+        return uses
+
+
+@dataclass(frozen=True, slots=True)
+class RateUse:
+    """The use of a rate limit in its current period, for a job or one of its keys.
+
+    ``used`` units of ``limit`` per ``per``: the costs of the starts of the last
+    period (a start counts for one period after it). ``next_turn`` is the latest
+    turn given to a task of the bucket waiting for a start, while it is to come:
+    tasks wait for turns until then (None: no task waits for one).
+    """
+
+    job: str
+    key: str | None
+    used: int
+    limit: int
+    per: timedelta
+    next_turn: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The use as a JSON object (``per`` in seconds)."""
+        return {
+            "job": self.job,
+            "key": self.key,
+            "used": self.used,
+            "limit": self.limit,
+            "per_seconds": self.per.total_seconds(),
+            "next_turn": None if self.next_turn is None else self.next_turn.isoformat(),
+        }
+
 
 def _as_text(value: Any) -> str | None:
     """An input value as the SQL stores read it for a key: text, and integers as digits."""

@@ -1,7 +1,8 @@
-"""Flow control over HTTP, for admins: the pauses in force and the rate limits, and
-pausing and resuming a job, an owner or a key.
+"""Flow control over HTTP, for admins: the pauses in force, the rate limits and their
+use now, and pausing and resuming a job, an owner or a key.
 
-``GET /operator/flow`` lists them; ``PUT /operator/pauses/{kind}/{value}``
+``GET /operator/flow`` lists them, with how much of each limit its current period
+uses, by job and key; ``PUT /operator/pauses/{kind}/{value}``
 pauses (until a time, for a number of seconds, or until resumed) and
 ``DELETE`` resumes. A pause acts on every owner's tasks, so only an admin
 (``http_admins``) may (403 ``forbidden`` for any other principal). Everything
@@ -17,7 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field, model_validator
 
-from queuestore.core.flow import Pause, PauseKind
+from queuestore.core.flow import Pause, PauseKind, RateUse
 from queuestore.http.problems import ProblemError, responses
 from queuestore.http.service import Admin, ServiceDep
 
@@ -58,11 +59,39 @@ class RateView(BaseModel):
     cost: int | str
 
 
+class RateUseView(BaseModel):
+    """The use of a rate limit now: ``used`` units of ``limit`` per ``per_seconds`` for a
+    job (``key`` null) or one of its keys, counting the starts of the last period."""
+
+    job: str
+    key: str | None = Field(description="The key, for a keyed limit (empty: tasks without one).")
+    used: int = Field(description="The units the starts of the last period cost.")
+    limit: int
+    per_seconds: float
+    next_turn: datetime | None = Field(
+        description="The latest turn given to a task waiting for a start; null: none waits."
+    )
+
+    @classmethod
+    def of(cls, use: RateUse) -> RateUseView:
+        return cls(
+            job=use.job,
+            key=use.key,
+            used=use.used,
+            limit=use.limit,
+            per_seconds=use.per.total_seconds(),
+            next_turn=use.next_turn,
+        )
+
+
 class Flow(BaseModel):
-    """The pauses in force, and the queue's rate limits by job."""
+    """The pauses in force, the queue's rate limits by job, and their use now."""
 
     pauses: list[PauseView]
     rate_limits: dict[str, RateView]
+    rate_use: list[RateUseView] = Field(
+        description="By job, then key: one entry a job's one limit, one a key in use."
+    )
 
 
 class PauseRequest(BaseModel):
@@ -112,8 +141,10 @@ class Resumed(BaseModel):
 
 @router.get("/operator/flow", responses=responses(401, 403, 503))
 async def flow(admin: Admin, service: ServiceDep) -> Flow:
-    """The pauses in force and the rate limits by job; admins."""
-    rates = service.queue.sync.options.flow.rates
+    """The pauses in force, the rate limits by job, and how much of each the current
+    period uses, by job and key; admins."""
+    control = service.queue.sync.options.flow
+    rates = control.rates
     return Flow(
         pauses=[PauseView.of(pause) for pause in await service.store.pauses()],
         rate_limits={
@@ -122,6 +153,7 @@ async def flow(admin: Admin, service: ServiceDep) -> Flow:
             )
             for name, rate in rates.items()
         },
+        rate_use=[RateUseView.of(use) for use in await service.store.rate_use(control)],
     )
 
 

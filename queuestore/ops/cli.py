@@ -1257,10 +1257,12 @@ def flow_resume(
 
 @flow.command("show")
 def flow_show(url: UrlOption = None, as_json: JsonOption = False) -> None:
-    """The pauses in force, and the rate limits the settings give the jobs."""
+    """The pauses in force, the rate limits the settings give the jobs, and their use now."""
     with _reporting():
         settings = _settings(url)
-        pauses = _store(url).pauses()
+        store = _store(url)
+        pauses = store.pauses()
+        uses = store.rate_use(settings.flow)
     rates = {
         name: {
             "limit": rate.limit,
@@ -1271,7 +1273,13 @@ def flow_show(url: UrlOption = None, as_json: JsonOption = False) -> None:
         for name, rate in settings.flow.rates.items()
     }
     if as_json:
-        _print_json({"pauses": [pause.as_json() for pause in pauses], "rate_limits": rates})
+        _print_json(
+            {
+                "pauses": [pause.as_json() for pause in pauses],
+                "rate_limits": rates,
+                "rate_use": [use.as_json() for use in uses],
+            }
+        )
         return
     console = _console()
     if not pauses:
@@ -1286,6 +1294,17 @@ def flow_show(url: UrlOption = None, as_json: JsonOption = False) -> None:
             f"rate {name}: {rate['limit']} per {rate['per']:g} s{keyed}, cost {rate['cost']}",
             highlight=False,
         )
+        for use in (use for use in uses if use.job == name):
+            console.print(f"  {_rate_use_line(use)}", highlight=False)
+
+
+def _rate_use_line(use: Any) -> str:
+    """``openai: 7 / 10 per 1 s``, and until when tasks wait for turns."""
+    who = "used now" if use.key is None else use.key or "(no key)"
+    line = f"{who}: {use.used} / {use.limit} per {use.per.total_seconds():g} s"
+    if use.next_turn is not None:
+        line += f", tasks wait for turns until {use.next_turn.isoformat()}"
+    return line
 
 
 @flow.command("drain")

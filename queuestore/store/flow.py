@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from queuestore.core import validation as check
 from queuestore.core.errors import InvalidTaskData
-from queuestore.core.flow import FlowControl, Pause, PauseKind, target
+from queuestore.core.flow import FlowControl, Pause, PauseKind, RateUse, target
 from queuestore.core.models import Task
 from queuestore.core.owner import OwnerScope
 from queuestore.store.backend import StoreBackend, Write
@@ -64,6 +64,15 @@ class FlowVerbs(StoreBackend):
     def pauses(self) -> builtins.list[Pause]:
         """The pauses in force, by kind and value."""
         return self._pauses()
+
+    def rate_use(self, flow: FlowControl) -> builtins.list[RateUse]:
+        """How much of each of ``flow``'s rate limits its current period uses.
+
+        One entry for a job's one limit, one per key in use (or with tasks
+        waiting for a turn) for a keyed limit; by job, then key. Read from the
+        log the claims keep, so it counts the starts of every worker.
+        """
+        return flow.use(self._rate_use()) if flow.rates else []
 
     def wait_for_flow(
         self, task_id: str, *, version: int, flow: FlowControl, recheck: timedelta
@@ -151,6 +160,11 @@ class FlowVerbs(StoreBackend):
     @abstractmethod
     def _rate_starts(self, bucket: str) -> builtins.list[tuple[datetime, int]]:
         """The starts of ``bucket`` that still count: ``(until, cost)``, soonest first."""
+
+    @abstractmethod
+    def _rate_use(self) -> dict[str, tuple[int, datetime | None]]:
+        """By bucket with starts still counting or a turn to come: the units the starts
+        cost, and the latest turn given to a waiting task (None: none to come)."""
 
     @abstractmethod
     def _reserve_wake(self, bucket: str, free_at: datetime, step: timedelta) -> datetime:

@@ -488,6 +488,18 @@ class InMemoryTaskStore(TaskStore):
         with self._changed:
             return sorted((u, cost) for b, u, cost in self._starts if b == bucket and u > now)
 
+    def _rate_use(self) -> dict[str, tuple[int, datetime | None]]:
+        now = self._now()
+        counted: dict[str, tuple[int, datetime | None]] = {}
+        with self._changed:
+            for bucket, until, cost in self._starts:
+                if until > now:
+                    counted[bucket] = (counted.get(bucket, (0, None))[0] + cost, None)
+            for bucket, wake in self._wakes.items():
+                if wake > now:
+                    counted[bucket] = (counted.get(bucket, (0, None))[0], wake)
+        return counted
+
     def _reserve_wake(self, bucket: str, free_at: datetime, step: timedelta) -> datetime:
         with self._changed:
             last = self._wakes.get(bucket)

@@ -3,8 +3,8 @@
 Signed in as an operator (``http_admins``), the page opens on the overview:
 tiles that equal the API's counts, charts drawn as SVG whose every series has
 points, the backlog by job and owner, the oldest waiting task and the jobs'
-table; the workers view lists the live worker with the task it runs, and pauses
-and resumes a job; the tasks
+table; the workers view lists the live worker with the task it runs, pauses
+and resumes a job, and shows each key's use of a rate limit; the tasks
 view lists two owners' tasks with an owner column and filter, and its detail
 draws the task's timeline and acts on another owner's task. A plain principal
 sees neither view nor anyone else's task. At 1280 and 800 px nothing leaves its
@@ -23,12 +23,14 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from queuestore import FlowControl, RateLimit, SqlTaskStore
 from tests.http.http_browser import Chromium
 from tests.http.http_deployment import Api, HttpDeployment
 from tests.http.http_support import wait_for_status
@@ -319,6 +321,37 @@ def test_the_schedules_view_shows_next_and_last_run_and_acts(
         )
         for made, client in ((mine, alice), (bobs, bob)):
             client.delete(f"/schedules/{made['id']}")
+
+
+RATED = FlowControl(rates={"http.rated": RateLimit(2, per=timedelta(hours=1), key="owner")})
+
+
+def test_the_workers_view_shows_each_key_s_use_of_a_rate_limit(
+    browser: Chromium, pg: HttpDeployment
+) -> None:
+    limits = {"http.rated": {"limit": 2, "per": 3600, "key": "owner"}}
+    rated = pg.start_api(QUEUESTORE_RATE_LIMITS=json.dumps(limits))
+    store = SqlTaskStore(pg.env()["QUEUESTORE_DATABASE_URL"], pool_size=1)
+    tasks = [store.create("http.rated", owner="carol") for _ in range(3)]
+    try:
+        # Two starts of carol's key use its limit; the third waits for a turn.
+        claims = [store.claim(task.id, "w-1", timedelta(minutes=1), flow=RATED) for task in tasks]
+        assert [claim is not None for claim in claims] == [True, True, False]
+        refused = store.get(tasks[2].id)
+        assert store.wait_for_flow(
+            refused.id, version=refused.version, flow=RATED, recheck=timedelta(minutes=1)
+        )
+        sign_in(browser, rated, "token-ops", "#workers")
+        used = "document.querySelector('li[data-rate-use=\"http.rated|carol\"]')"
+        browser.wait(f"{used} !== null", what="carol's use of the rate")
+        assert browser.evaluate(f"{used}.textContent").startswith(
+            "carol: 2 / 2 per 3600 s, tasks wait for turns until "
+        )
+    finally:
+        for task in tasks:
+            store.delete(task.id)
+        store.close()
+        pg.stop(rated)
 
 
 @pytest.mark.parametrize("width", [1280, 800])

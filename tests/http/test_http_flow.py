@@ -16,7 +16,9 @@ from queuestore.http import create_app
 from tests.celery_support import Published
 
 TOKENS = {"t-ops": "ops", "t-alice": "alice"}
-RATES = FlowControl(rates={"llm.call": RateLimit(10, key="input.provider")})
+RATES = FlowControl(
+    rates={"llm.call": RateLimit(10, per=timedelta(minutes=1), key="input.provider")}
+)
 
 
 @pytest.fixture
@@ -59,8 +61,9 @@ def test_an_admin_pauses_shows_and_resumes(http: TestClient, queue: TaskQueue) -
         ("owner", "bob"),
     ]
     assert shown["rate_limits"] == {
-        "llm.call": {"limit": 10, "per_seconds": 1.0, "key": "input.provider", "cost": 1}
+        "llm.call": {"limit": 10, "per_seconds": 60.0, "key": "input.provider", "cost": 1}
     }
+    assert shown["rate_use"] == []
     assert {(p.kind.value, p.value) for p in queue.store.pauses()} == {
         ("job", "llm.call"),
         ("key", "openai"),
@@ -70,6 +73,22 @@ def test_an_admin_pauses_shows_and_resumes(http: TestClient, queue: TaskQueue) -
     resumed = http.delete("/operator/pauses/job/llm.call", headers=OPS)
     again = http.delete("/operator/pauses/job/llm.call", headers=OPS)
     assert (resumed.json(), again.json()) == ({"resumed": True}, {"resumed": False})
+
+
+def test_an_admin_reads_how_much_of_each_key_s_rate_is_used(
+    http: TestClient, queue: TaskQueue
+) -> None:
+    for provider in ("openai", "openai", "mistral"):
+        task = queue.store.create("llm.call", {"provider": provider})
+        assert queue.store.claim(task.id, "w-1", timedelta(seconds=30), flow=RATES) is not None
+
+    shown = http.get("/operator/flow", headers=OPS).json()
+
+    assert [{k: use[k] for k in ("job", "key", "used", "limit")} for use in shown["rate_use"]] == [
+        {"job": "llm.call", "key": "mistral", "used": 1, "limit": 10},
+        {"job": "llm.call", "key": "openai", "used": 2, "limit": 10},
+    ]
+    assert {(use["per_seconds"], use["next_turn"]) for use in shown["rate_use"]} == {(60.0, None)}
 
 
 def test_only_an_admin_may_and_bad_input_writes_nothing(http: TestClient, queue: TaskQueue) -> None:

@@ -146,6 +146,38 @@ def test_flow_pauses_shows_and_resumes_a_job_an_owner_and_a_key(
     assert "not both" in both.output
 
 
+def test_flow_show_gives_each_rate_limit_s_use_by_key(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limits = '{"llm.call": {"limit": 5, "per": 3600, "key": "owner"}, "llm.embed": {"limit": 2}}'
+    monkeypatch.setenv("QUEUESTORE_RATE_LIMITS", limits)
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--url", database_url]).exit_code == 0
+    store = SqlTaskStore(database_url)
+    flow = Settings(database_url=database_url).flow
+    for owner in ("alice", "alice", "bob"):
+        task = store.create("llm.call", owner=owner)
+        assert store.claim(task.id, "w-1", timedelta(seconds=30), flow=flow) is not None
+    store.close()
+
+    shown = runner.invoke(app, ["flow", "show", "--url", database_url])
+    listed = runner.invoke(app, ["flow", "show", "--json", "--url", database_url])
+
+    assert shown.exit_code == 0, shown.output
+    lines = [line.strip() for line in shown.output.splitlines()]
+    assert lines[lines.index("rate llm.call: 5 per 3600 s per owner, cost 1") + 1 :][:2] == [
+        "alice: 2 / 5 per 3600 s",
+        "bob: 1 / 5 per 3600 s",
+    ]
+    assert "used now: 0 / 2 per 1 s" in lines
+    uses = json.loads(listed.output)["rate_use"]
+    assert [(use["job"], use["key"], use["used"]) for use in uses] == [
+        ("llm.call", "alice", 2),
+        ("llm.call", "bob", 1),
+        ("llm.embed", None, 0),
+    ]
+
+
 @pytest.mark.usefixtures("five_thirty_east")
 def test_tasks_list_and_show_give_the_start_of_a_scheduled_task(database_url: str) -> None:
     runner = CliRunner()

@@ -184,3 +184,43 @@ def test_pruning_forgets_what_no_longer_counts(store: TaskStore) -> None:
     time.sleep(0.2)
 
     assert store.prune_flow() == 2
+
+
+def test_rate_use_counts_the_units_of_the_period_by_job_and_key(store: TaskStore) -> None:
+    flow = FlowControl(
+        rates={
+            "x.call": RateLimit(10, per=SLOW, cost="input.units"),
+            "x.keyed": RateLimit(2, per=SLOW, key="input.provider"),
+            "x.idle": RateLimit(5),
+        }
+    )
+    assert claimed(store, store.create("x.call", {"units": 7}).id, flow)
+    assert claimed(store, store.create("x.call", {"units": 2}).id, flow)
+    keyed = [store.create("x.keyed", {"provider": "a"}) for _ in range(3)]
+    assert [claimed(store, task.id, flow) for task in keyed] == [True, True, False]
+    assert claimed(store, store.create("x.keyed").id, flow)
+    refused = store.get(keyed[2].id)
+    waiting = store.wait_for_flow(refused.id, version=refused.version, flow=flow, recheck=LEASE)
+    assert waiting is not None
+
+    uses = store.rate_use(flow)
+
+    assert [(u.job, u.key, u.used, u.limit) for u in uses] == [
+        ("x.call", None, 9, 10),
+        ("x.idle", None, 0, 5),
+        ("x.keyed", "", 1, 2),
+        ("x.keyed", "a", 2, 2),
+    ]
+    assert uses[0].per == SLOW
+    assert [u.next_turn for u in uses[:3]] == [None, None, None]
+    assert uses[3].next_turn == waiting.run_at
+    assert store.rate_use(FlowControl()) == []
+
+
+def test_rate_use_forgets_the_starts_past_their_period(store: TaskStore) -> None:
+    flow = FlowControl(rates={"x.call": RateLimit(3, per=timedelta(milliseconds=300))})
+    assert claimed(store, store.create("x.call").id, flow)
+    assert [u.used for u in store.rate_use(flow)] == [1]
+
+    time.sleep(0.4)
+    assert [u.used for u in store.rate_use(flow)] == [0]

@@ -258,6 +258,19 @@ def rate_starts(connection: Connection, bucket: str, now: datetime) -> list[tupl
     return [(row.until, row.cost) for row in rows]
 
 
+def rate_use(connection: Connection, now: datetime) -> dict[str, tuple[int, datetime | None]]:
+    """By bucket with starts still counting or a turn to come: the units its starts cost,
+    and the latest turn given to a waiting task (None: none to come)."""
+    used = select(S.bucket, func.sum(S.cost)).where(S.until > now).group_by(S.bucket)
+    counted: dict[str, tuple[int, datetime | None]] = {
+        bucket: (int(units), None) for bucket, units in connection.execute(used)
+    }
+    turns = select(WAITS.c.bucket, WAITS.c.next_wake).where(WAITS.c.next_wake > now)
+    for bucket, wake in connection.execute(turns):
+        counted[bucket] = (counted.get(bucket, (0, None))[0], wake)
+    return counted
+
+
 def reserve_wake(
     connection: Connection, bucket: str, free_at: datetime, step: Any, *, postgres: bool
 ) -> datetime:

@@ -876,6 +876,10 @@ class SqlTaskStore(TaskStore):
         with self._executor.connection() as connection:
             return flow_sql.rate_starts(connection, bucket, _now())
 
+    def _rate_use(self) -> dict[str, tuple[int, datetime | None]]:
+        with self._executor.connection() as connection:
+            return flow_sql.rate_use(connection, _now())
+
     def _reserve_wake(self, bucket: str, free_at: datetime, step: timedelta) -> datetime:
         with self._transaction() as connection:
             return flow_sql.reserve_wake(connection, bucket, free_at, step, postgres=self._postgres)
