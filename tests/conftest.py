@@ -36,20 +36,21 @@ BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postg
 
 StoreFactory = Callable[..., TaskStore]
 
-SHARED_DEPLOYMENTS = frozenset({"http", "mcp", "ops"})
+SHARED_DEPLOYMENTS = {"http": {"pg", "api"}, "mcp": {"pg"}, "ops": {"ops"}}
 """Folders whose tests share one deployment (a database, a worker, servers), built once
-per folder: under pytest-xdist each of them runs on one worker."""
+per folder and worker, and the fixtures that are that deployment."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group tests for pytest-xdist (``--dist loadgroup``): a folder that shares one
-    deployment stays on one worker, and any other test file stays together, so its
-    module fixtures are built once."""
+    """Group tests for pytest-xdist (``--dist loadgroup``): the tests of a folder's
+    shared deployment run on one worker, so it starts once; any other test stays with
+    its file, so the file's module fixtures are built once."""
     tests = Path(__file__).parent
     for item in items:
         path = Path(item.path).relative_to(tests)
         folder = path.parts[0] if len(path.parts) > 1 else ""
-        group = folder if folder in SHARED_DEPLOYMENTS else path.as_posix()
+        shared = SHARED_DEPLOYMENTS.get(folder, set()) & set(getattr(item, "fixturenames", ()))
+        group = folder if shared else path.as_posix()
         item.add_marker(pytest.mark.xdist_group(group))
 
 

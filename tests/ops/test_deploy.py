@@ -251,6 +251,8 @@ def test_migrate_service_migrates(stack: Stack) -> None:
 
 
 def test_worker_and_beat_services_run_a_job(stack: Stack) -> None:
+    migrate = stack.start("migrate")  # they depend on it, as in compose
+    assert migrate.process.wait(timeout=120) == 0, migrate.tail()
     port = free_port()
     worker = stack.start("worker", QUEUESTORE_METRICS_PORT=str(port))
     beat = stack.start("beat", QUEUESTORE_LOG_LEVEL="DEBUG")  # beat's sends are DEBUG lines
