@@ -111,7 +111,9 @@ def test_a_worker_frozen_past_its_lease_cannot_change_the_task_another_worker_to
     def at_gate(attempt: int) -> Callable[[], Task | None]:
         def reached() -> Task | None:
             current = stack.queue.store.get(task.id)
+            # The message names the run: a claim keeps the last run's progress (0.5).
             waiting = current.attempt == attempt and current.progress == 0.5
+            waiting = waiting and current.status_message == f"run {attempt} at its gate"
             return current if waiting and current.worker_id is not None else None
 
         return reached
