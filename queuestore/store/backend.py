@@ -315,6 +315,11 @@ class ListQuery:
     parent: str | Unset | None = UNSET
     """A task's children (its id), root tasks only (None), or any task (UNSET)."""
 
+    @property
+    def matches_nothing(self) -> bool:
+        """Whether no task can match: a scope of nobody, or an empty status filter."""
+        return self.scope.nobody or self.statuses == frozenset()
+
     def fingerprint(self) -> str:
         """A text that changes with any filter, binding cursors to their listing."""
         statuses = sorted(self.statuses) if self.statuses is not None else None

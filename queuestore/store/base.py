@@ -307,7 +307,7 @@ class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs, ScheduleVe
         )
         limit = check.limit(limit)
         after = None if cursor is None else self._cursors.decode(cursor, query.fingerprint())
-        if query.scope.nobody or query.statuses == frozenset():
+        if query.matches_nothing:
             return TaskPage(tasks=[])
         rows = self._page(query, after, limit + 1)
         if len(rows) <= limit:
@@ -345,7 +345,7 @@ class TaskStore(RunVerbs, DurableVerbs, DeliveryVerbs, OperatorVerbs, ScheduleVe
             created_before=created_before,
             parent_id=parent_id,
         )
-        if query.scope.nobody or query.statuses == frozenset():
+        if query.matches_nothing:
             return 0
         return self._count(query)
 
